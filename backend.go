@@ -1,0 +1,226 @@
+package rheo
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Backend is the store behind a Client: the SPI a backend implements.
+//
+// The facade (Client) validates every input, generates IDs, routes events to
+// partitions, reads the clock and classifies errors. A backend only stores and
+// claims. Every time it needs (lease expiry, nack delays, timestamps of
+// settles) arrives as a `now` argument from the facade; a backend never reads
+// a clock of its own.
+//
+// Errors: a backend returns rheo's sentinels, wrapped with Errorf or Wrap
+// (ErrStreamNotFound, ErrGroupNotFound, ErrAlreadyExists, ErrStaleLease,
+// ErrReceiptMismatch, ErrCursorNotFound, ErrBackendUnavailable when nothing
+// was sent, ErrAmbiguous when a write may have committed). A missing stream is
+// reported before a missing group. Driver errors never leak unclassified.
+//
+// rheotest.RunBackend is the conformance suite every Backend must pass.
+type Backend interface {
+	// Ping checks the store is reachable.
+	Ping(ctx context.Context) error
+	// Migrate creates or upgrades the schema. It is idempotent.
+	Migrate(ctx context.Context) error
+	// Close releases what the backend owns (not what it borrowed).
+	Close() error
+
+	// CreateStream stores a new stream; ErrAlreadyExists if the name is taken.
+	CreateStream(ctx context.Context, s StreamInfo) error
+	// Stream returns a stream's description and, per partition (index =
+	// partition), its high watermark.
+	Stream(ctx context.Context, stream string) (StreamState, error)
+	// ListStreams lists every stream, sorted by name.
+	ListStreams(ctx context.Context) ([]StreamInfo, error)
+
+	// Append stores events atomically (all or nothing). Each event arrives
+	// with ID, Stream, Partition, Type, Key, Timestamp, Payload and Metadata
+	// set, and Sequence 0. The backend assigns contiguous sequences per
+	// partition in input order, with commit order equal to sequence order.
+	// An event whose ID the stream already holds is not written; the stored
+	// event is returned in its place. IDs within one call are distinct.
+	Append(ctx context.Context, stream string, events []Event) ([]Event, error)
+	// Read returns up to limit events of one partition with Sequence > after,
+	// ascending.
+	Read(ctx context.Context, stream string, partition int, after int64, limit int) ([]Event, error)
+	// Events returns the stored events with the given IDs, in any order;
+	// unknown IDs are simply absent.
+	Events(ctx context.Context, stream string, ids []string) ([]Event, error)
+	// Query returns the events that match a validated query (see QuerySpec).
+	Query(ctx context.Context, q QuerySpec) ([]Event, error)
+
+	// CreateGroup stores a new group; ErrAlreadyExists if it exists.
+	CreateGroup(ctx context.Context, g GroupSpec) error
+	// ListGroups lists a stream's groups, sorted.
+	ListGroups(ctx context.Context, stream string) ([]string, error)
+
+	// Fetch claims up to Limit deliveries (SPEC R3, R6). See FetchRequest.
+	Fetch(ctx context.Context, r FetchRequest) ([]Lease, error)
+	// Renew sets the current lease l to expire at expiresAt; fenced like Settle.
+	Renew(ctx context.Context, l Lease, expiresAt, now time.Time) error
+	// Settle acks, nacks or rejects leases of one (stream, group). It returns
+	// one error per request (nil when settled), or a single error when the
+	// whole call failed. See SettleRequest.
+	Settle(ctx context.Context, stream, group string, reqs []SettleRequest, now time.Time) ([]error, error)
+
+	// Lag reports frontier and high watermark of every partition, in
+	// partition order. The facade computes Lag and Total.
+	Lag(ctx context.Context, stream, group string) ([]PartitionLag, error)
+	// GroupStats counts the group's leases, available deliveries and dead
+	// letters (see GroupInfo for their meaning).
+	GroupStats(ctx context.Context, stream, group string, now time.Time) (GroupStats, error)
+	// DeadLetters lists dead letters ordered by (partition, sequence),
+	// starting after the dead letter whose event ID is after (ErrCursorNotFound
+	// when it is not one of the group's dead letters).
+	DeadLetters(ctx context.Context, stream, group, after string, limit int) ([]DeadLetter, error)
+
+	// Replay reopens deliveries (SPEC R8). See ReplayRequest.
+	Replay(ctx context.Context, r ReplayRequest) error
+	// Redrive makes the named dead letters (all when ids is empty) available
+	// again with attempts reset, lowering the frontier below each. It returns
+	// how many it reopened; IDs that are not dead letters are ignored.
+	Redrive(ctx context.Context, stream, group string, ids []string) (int, error)
+	// ResetGroup forgets every delivery, lease and dead letter of the group
+	// in the given partitions and restarts each after start[partition]
+	// (cursor and frontier both set to it).
+	ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error
+}
+
+// Notifier is implemented by backends that can wake waiters when work may
+// have become claimable on a stream (appends, nacks, replays, redrives).
+// Without it, waits fall back to polling.
+type Notifier interface {
+	// Subscribe returns a channel that receives (without blocking the
+	// sender, so signals coalesce) after each such change on stream, and a
+	// function that ends the subscription.
+	Subscribe(stream string) (<-chan struct{}, func())
+}
+
+// StreamState is a stream and its high watermarks.
+type StreamState struct {
+	StreamInfo
+	// HighWatermarks[p] is partition p's last sequence (0 when empty).
+	HighWatermarks []int64
+}
+
+// QuerySpec is a Query validated by the facade: Stream is set, Limit is in
+// 1..10000, OrderBy is non-empty with known fields, Partitions are distinct
+// and in range (empty means all), and the cursor is decoded into After.
+type QuerySpec struct {
+	Query
+	// After holds, per partition, the last sequence already returned by
+	// earlier pages: only events with Sequence > After[Partition] match.
+	After map[int]int64
+}
+
+// GroupSpec is a group to create, with its start resolved per partition.
+type GroupSpec struct {
+	Stream, Group string
+	MaxAttempts   int
+	// Start[p] is the sequence after which partition p starts: both its
+	// materialization cursor and its frontier begin there. Every partition
+	// of the stream has an entry.
+	Start     map[int]int64
+	CreatedAt time.Time
+}
+
+// FetchRequest is a validated Fetch.
+//
+// The backend claims, within Partitions, deliveries that are available (with
+// any nack delay passed: availableAt <= Now) or leased with ExpiresAt <= Now,
+// plus events beyond the group's cursor not yet offered. Inside a partition it
+// claims in sequence order; across partitions it shares Limit fairly. Each
+// claim gets ID NewLeaseID(), Attempt+1, LeasedAt Now and ExpiresAt
+// Now+LeaseDuration. An expired lease whose Attempt >= MaxAttempts is
+// dead-lettered with reason "max_attempts: lease expired" instead (R6).
+// Leases come back sorted by (partition, sequence), each with its Event.
+type FetchRequest struct {
+	Stream, Group string
+	ConsumerID    string
+	Partitions    []int // distinct, ascending, non-empty
+	Limit         int
+	LeaseDuration time.Duration
+	Now           time.Time
+	NewLeaseID    func() string
+}
+
+// SettleKind is what a SettleRequest does.
+type SettleKind int
+
+const (
+	// SettleAck marks the delivery acked.
+	SettleAck SettleKind = iota + 1
+	// SettleNack makes it available again at AvailableAt, or dead-letters
+	// it with reason "max_attempts: <reason>" when the lease's attempt has
+	// reached the group's MaxAttempts.
+	SettleNack
+	// SettleReject dead-letters it with the reason.
+	SettleReject
+)
+
+// SettleRequest settles one lease. It succeeds only if the delivery is
+// leased under Lease.ID (ErrStaleLease otherwise) and, when the backend uses
+// receipts, under Lease.Receipt (ErrReceiptMismatch). Expiry is not checked:
+// an expired lease nobody reclaimed may still settle. Terminal settles
+// advance the frontier over contiguous terminal sequences.
+type SettleRequest struct {
+	Kind   SettleKind
+	Lease  Lease
+	Reason string
+	// AvailableAt is when a nacked delivery becomes claimable again.
+	AvailableAt time.Time
+}
+
+// GroupStats are the counts of GroupInfo that a backend computes.
+type GroupStats struct {
+	Inflight, Available, DeadLetters int64
+}
+
+// ReplayRequest reopens deliveries of one group: they become available with
+// attempts starting again from 0, any lease on them becomes stale, dead
+// letters among them are cleared, and the frontier is lowered below them.
+// Events are never touched, nor other groups.
+type ReplayRequest struct {
+	Stream, Group string
+	// FromSequence[p] reopens every delivery of partition p above it and
+	// rewinds p's cursor to it (frontier = min(frontier, it)).
+	FromSequence map[int]int64
+	// Events reopens exactly these events (creating their delivery when it
+	// was compacted away or reset); events the group has not been offered
+	// yet are left alone.
+	Events []EventRef
+}
+
+// EventRef names an event by its position.
+type EventRef struct {
+	ID        string
+	Partition int
+	Sequence  int64
+}
+
+// OpenFunc opens a backend from a DSN. See Register.
+type OpenFunc func(ctx context.Context, dsn string) (Backend, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]OpenFunc{}
+)
+
+// Register makes a backend available to Open under a DSN scheme ("memory",
+// "sqlite", "postgres"), the way database/sql drivers register a name.
+// Registering a scheme twice panics.
+func Register(scheme string, open OpenFunc) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if open == nil {
+		panic("rheo: Register open func is nil")
+	}
+	if _, dup := registry[scheme]; dup {
+		panic("rheo: Register called twice for scheme " + scheme)
+	}
+	registry[scheme] = open
+}

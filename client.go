@@ -1,0 +1,214 @@
+package rheo
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rheo-go/rheo/clock"
+)
+
+// Clock tells the time. All lease arithmetic reads the client's clock; tests
+// inject a clock.Frozen.
+type Clock = clock.Clock
+
+// Defaults.
+const (
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultMaxAttempts   = 5
+	DefaultFetchLimit    = 10
+	DefaultMaxEventBytes = 1 << 20
+	// MaxLimit bounds every Limit.
+	MaxLimit = 10000
+	// MaxPartitions bounds StreamConfig.Partitions.
+	MaxPartitions = 1024
+	// MaxNameBytes bounds stream, group, consumer and event IDs.
+	MaxNameBytes = 200
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	clock         Clock
+	leaseDuration time.Duration
+	maxAttempts   int
+	fetchLimit    int
+	logger        *slog.Logger
+	maxEventBytes int
+}
+
+// WithClock sets the clock all lease arithmetic reads (default clock.System).
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLeaseDuration sets the default lease duration (30s).
+func WithLeaseDuration(d time.Duration) Option { return func(o *options) { o.leaseDuration = d } }
+
+// WithMaxAttempts sets the default MaxAttempts of new groups (5).
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
+
+// WithFetchLimit sets the default Fetch limit (10).
+func WithFetchLimit(n int) Option { return func(o *options) { o.fetchLimit = n } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMaxEventBytes bounds the stored size of one event: payload, metadata,
+// ID, type and key (default 1 MiB).
+func WithMaxEventBytes(n int) Option { return func(o *options) { o.maxEventBytes = n } }
+
+// Client is rheo's facade over a Backend. It is safe for concurrent use.
+type Client struct {
+	b        Backend
+	opts     options
+	notifier Notifier
+	closed   atomic.Bool
+
+	// streams caches partition counts: a stream's partition count never
+	// changes and streams are never deleted.
+	streams sync.Map // string -> int
+
+	runningMu sync.Mutex
+	running   map[[2]string]bool // (stream, group) consumers running in this client
+}
+
+// New returns a Client over b.
+func New(b Backend, opts ...Option) *Client {
+	o := options{
+		clock:         clock.System,
+		leaseDuration: DefaultLeaseDuration,
+		maxAttempts:   DefaultMaxAttempts,
+		fetchLimit:    DefaultFetchLimit,
+		logger:        slog.Default(),
+		maxEventBytes: DefaultMaxEventBytes,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.clock == nil {
+		o.clock = clock.System
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.leaseDuration <= 0 {
+		o.leaseDuration = DefaultLeaseDuration
+	}
+	if o.maxAttempts <= 0 {
+		o.maxAttempts = DefaultMaxAttempts
+	}
+	if o.fetchLimit <= 0 || o.fetchLimit > MaxLimit {
+		o.fetchLimit = DefaultFetchLimit
+	}
+	if o.maxEventBytes <= 0 {
+		o.maxEventBytes = DefaultMaxEventBytes
+	}
+	c := &Client{b: b, opts: o, running: map[[2]string]bool{}}
+	c.notifier, _ = b.(Notifier)
+	return c
+}
+
+// Open opens the backend registered for the DSN's scheme ("memory:",
+// "sqlite:PATH", "postgres://…", "redis://…") and returns a Client over it.
+// The backend package must be imported (for its registration), e.g.
+//
+//	import _ "github.com/rheo-go/rheo/backend/sqlite"
+func Open(ctx context.Context, dsn string, opts ...Option) (*Client, error) {
+	scheme, _, ok := strings.Cut(dsn, ":")
+	if !ok || scheme == "" {
+		return nil, Errorf(ErrInvalidArgument, "DSN %q has no scheme (want e.g. memory:, sqlite:PATH, postgres://…)", dsn)
+	}
+	registryMu.RLock()
+	open, found := registry[scheme]
+	registryMu.RUnlock()
+	if !found {
+		return nil, Errorf(ErrInvalidArgument, "no backend registered for DSN scheme %q (registered: %s); import its package",
+			scheme, strings.Join(Schemes(), ", "))
+	}
+	b, err := open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return New(b, opts...), nil
+}
+
+// Schemes lists the registered DSN schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	s := make([]string, 0, len(registry))
+	for k := range registry {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Backend returns the store behind the client.
+func (c *Client) Backend() Backend { return c.b }
+
+// Logger returns the client's logger.
+func (c *Client) Logger() *slog.Logger { return c.opts.logger }
+
+// Close closes the client and the backend it owns. Later calls return ErrClosed.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	return c.b.Close()
+}
+
+// Ping checks the backend is reachable.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.b.Ping(ctx)
+}
+
+// Migrate creates or upgrades the backend's schema; it is idempotent.
+func (c *Client) Migrate(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.b.Migrate(ctx)
+}
+
+func (c *Client) check() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// now reads the client's clock, in UTC and truncated to microseconds (the
+// precision every backend stores).
+func (c *Client) now() time.Time { return normTime(c.opts.clock.Now()) }
+
+func normTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// partitionCount returns the stream's partition count (ErrStreamNotFound).
+func (c *Client) partitionCount(ctx context.Context, stream string) (int, error) {
+	if n, ok := c.streams.Load(stream); ok {
+		return n.(int), nil
+	}
+	st, err := c.b.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	c.streams.Store(stream, st.Partitions)
+	return st.Partitions, nil
+}
+
+// subscribe returns a channel signalled when work may have become claimable
+// on stream, or a nil channel when the backend cannot notify.
+func (c *Client) subscribe(stream string) (<-chan struct{}, func()) {
+	if c.notifier == nil {
+		return nil, func() {}
+	}
+	return c.notifier.Subscribe(stream)
+}

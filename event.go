@@ -1,0 +1,259 @@
+package rheo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rheo-go/rheo/internal/id"
+	"github.com/rheo-go/rheo/internal/partition"
+)
+
+// StreamConfig configures a new stream.
+type StreamConfig struct {
+	// Partitions is the number of partitions, 1 to 1024. Zero means 1.
+	Partitions int
+}
+
+// StreamInfo describes a stream.
+type StreamInfo struct {
+	Name       string
+	Partitions int
+	CreatedAt  time.Time
+}
+
+// Message is what a producer appends.
+type Message struct {
+	// ID is the event's identity and idempotency key. When empty a UUIDv7 is
+	// generated. Appending an ID that the stream already holds writes nothing
+	// and returns the stored event.
+	ID string
+	// Type and Key are free-form. Key routes the event to a partition
+	// (FNV-1a 32 of its UTF-8 bytes, modulo the partition count).
+	Type, Key string
+	// Partition, when set, places the event explicitly and wins over Key.
+	Partition *int
+	// Payload must be a JSON object; empty means {}.
+	Payload json.RawMessage
+	// Metadata carries lineage: correlation_id, causation_id, producer,
+	// schema, schema_version and anything else the producer wants.
+	Metadata map[string]string
+	// Timestamp defaults to the client's clock.
+	Timestamp time.Time
+}
+
+// Event is an immutable, stored event.
+type Event struct {
+	ID        string
+	Stream    string
+	Partition int
+	// Sequence is per (stream, partition), starts at 1 and is contiguous.
+	Sequence  int64
+	Type      string
+	Key       string
+	Timestamp time.Time
+	Payload   json.RawMessage
+	Metadata  map[string]string
+}
+
+// ReadOptions selects a range of one partition for Read.
+type ReadOptions struct {
+	Partition int
+	// After is an exclusive sequence: Read returns events with Sequence > After.
+	After int64
+	// Limit defaults to 100; at most 10,000.
+	Limit int
+}
+
+// Metadata keys for lineage, by convention.
+const (
+	MetaCorrelationID = "correlation_id"
+	MetaCausationID   = "causation_id"
+	MetaProducer      = "producer"
+	MetaSchema        = "schema"
+	MetaSchemaVersion = "schema_version"
+)
+
+// CreateStream creates a stream; ErrAlreadyExists if the name is taken.
+func (c *Client) CreateStream(ctx context.Context, stream string, cfg StreamConfig) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := checkName("stream", stream); err != nil {
+		return err
+	}
+	n := cfg.Partitions
+	if n == 0 {
+		n = 1
+	}
+	if n < 1 || n > MaxPartitions {
+		return Errorf(ErrInvalidArgument, "stream %q: partitions %d out of range 1..%d", stream, cfg.Partitions, MaxPartitions)
+	}
+	if err := c.b.CreateStream(ctx, StreamInfo{Name: stream, Partitions: n, CreatedAt: c.now()}); err != nil {
+		return err
+	}
+	c.streams.Store(stream, n)
+	return nil
+}
+
+// ListStreams lists every stream, sorted by name.
+func (c *Client) ListStreams(ctx context.Context) ([]StreamInfo, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.b.ListStreams(ctx)
+}
+
+// Append appends one event. See AppendBatch.
+func (c *Client) Append(ctx context.Context, stream string, m Message) (Event, error) {
+	evs, err := c.AppendBatch(ctx, stream, []Message{m})
+	if err != nil {
+		return Event{}, err
+	}
+	return evs[0], nil
+}
+
+// AppendBatch appends events atomically: all or nothing. Returned events keep
+// input order. A message whose ID the stream already holds writes nothing and
+// returns the stored event (idempotent producers).
+func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) ([]Event, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if err := checkName("stream", stream); err != nil {
+		return nil, err
+	}
+	n, err := c.partitionCount(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return []Event{}, nil
+	}
+	if len(ms) > MaxLimit {
+		return nil, Errorf(ErrInvalidArgument, "stream %q: batch of %d messages exceeds %d", stream, len(ms), MaxLimit)
+	}
+	now := c.now()
+	evs := make([]Event, len(ms))
+	var seen map[string]int
+	if len(ms) > 1 {
+		seen = make(map[string]int, len(ms))
+	}
+	for i := range ms {
+		e, err := c.prepare(stream, n, &ms[i], now)
+		if err != nil {
+			if len(ms) > 1 {
+				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
+			}
+			return nil, err
+		}
+		if seen != nil {
+			if j, dup := seen[e.ID]; dup {
+				return nil, Errorf(ErrInvalidArgument, "stream %q: messages %d and %d share ID %q", stream, j, i, e.ID)
+			}
+			seen[e.ID] = i
+		}
+		evs[i] = e
+	}
+	return c.b.Append(ctx, stream, evs)
+}
+
+func (c *Client) prepare(stream string, n int, m *Message, now time.Time) (Event, error) {
+	e := Event{Stream: stream, ID: m.ID, Type: m.Type, Key: m.Key, Metadata: m.Metadata}
+	if e.ID == "" {
+		e.ID = id.Event()
+	} else if err := checkName("event ID", e.ID); err != nil {
+		return e, err
+	}
+	if err := checkText("type", e.Type); err != nil {
+		return e, err
+	}
+	if err := checkText("key", e.Key); err != nil {
+		return e, err
+	}
+	switch {
+	case m.Partition != nil:
+		if p := *m.Partition; p < 0 || p >= n {
+			return e, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, n)
+		}
+		e.Partition = *m.Partition
+	default:
+		e.Partition = partition.Of(e.Key, n)
+	}
+	size := len(e.ID) + len(e.Type) + len(e.Key)
+	for k, v := range e.Metadata {
+		if k == "" {
+			return e, Errorf(ErrInvalidArgument, "metadata key is empty")
+		}
+		if err := checkText("metadata key", k); err != nil {
+			return e, err
+		}
+		if !utf8.ValidString(v) {
+			return e, Errorf(ErrInvalidArgument, "metadata %q value is not valid UTF-8", k)
+		}
+		size += len(k) + len(v)
+	}
+	payload, err := compactObject(m.Payload)
+	if err != nil {
+		return e, err
+	}
+	e.Payload = payload
+	size += len(payload)
+	if size > c.opts.maxEventBytes {
+		return e, Errorf(ErrInvalidArgument, "event %q is %d bytes, over the %d-byte limit", e.ID, size, c.opts.maxEventBytes)
+	}
+	if m.Timestamp.IsZero() {
+		e.Timestamp = now
+	} else {
+		e.Timestamp = normTime(m.Timestamp)
+	}
+	return e, nil
+}
+
+var emptyObject = json.RawMessage("{}")
+
+// compactObject checks that p is a JSON object and returns it without
+// insignificant whitespace.
+func compactObject(p json.RawMessage) (json.RawMessage, error) {
+	if len(p) == 0 {
+		return emptyObject, nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(p))
+	if err := json.Compact(&buf, p); err != nil {
+		return nil, Wrap(ErrInvalidArgument, err, "payload is not valid JSON")
+	}
+	out := buf.Bytes()
+	if out[0] != '{' {
+		return nil, Errorf(ErrInvalidArgument, "payload must be a JSON object, got %.20s", out)
+	}
+	return out, nil
+}
+
+// Read returns events of one partition with Sequence > After, ascending.
+// It never changes any group's state.
+func (c *Client) Read(ctx context.Context, stream string, opts ReadOptions) ([]Event, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if err := checkName("stream", stream); err != nil {
+		return nil, err
+	}
+	limit, err := checkLimit("read", opts.Limit, 100)
+	if err != nil {
+		return nil, err
+	}
+	if opts.After < 0 {
+		return nil, Errorf(ErrInvalidArgument, "read after %d is negative", opts.After)
+	}
+	n, err := c.partitionCount(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Partition < 0 || opts.Partition >= n {
+		return nil, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", opts.Partition, stream, n)
+	}
+	return c.b.Read(ctx, stream, opts.Partition, opts.After, limit)
+}

@@ -1,0 +1,60 @@
+package rheo
+
+import (
+	"context"
+	"slices"
+)
+
+// Lag is a group's honest progress: measured from the committed frontier, never
+// from the highest acked sequence.
+type Lag struct {
+	Stream, Group string
+	Partitions    []PartitionLag
+	// Total is the sum of Lag over Partitions.
+	Total int64
+}
+
+// PartitionLag is one partition's progress.
+type PartitionLag struct {
+	Partition int
+	// Frontier is the highest sequence F such that every sequence of the
+	// group through F is acked or dead-lettered.
+	Frontier int64
+	// HighWatermark is the partition's last sequence.
+	HighWatermark int64
+	// Lag is HighWatermark - Frontier, never negative.
+	Lag int64
+}
+
+// Lag reports the group's frontier, high watermark and lag per partition (all
+// partitions, or those given) and their total.
+func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...int) (Lag, error) {
+	if err := c.check(); err != nil {
+		return Lag{}, err
+	}
+	if err := checkStreamGroup(stream, group); err != nil {
+		return Lag{}, err
+	}
+	n, err := c.partitionCount(ctx, stream)
+	if err != nil {
+		return Lag{}, err
+	}
+	parts, err := scope(stream, partitions, n)
+	if err != nil {
+		return Lag{}, err
+	}
+	all, err := c.b.Lag(ctx, stream, group)
+	if err != nil {
+		return Lag{}, err
+	}
+	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(parts))}
+	for _, pl := range all {
+		if _, ok := slices.BinarySearch(parts, pl.Partition); !ok {
+			continue
+		}
+		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
+		lag.Total += pl.Lag
+		lag.Partitions = append(lag.Partitions, pl)
+	}
+	return lag, nil
+}
