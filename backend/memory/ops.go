@@ -1,0 +1,169 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/rheo-go/rheo"
+)
+
+// Lag implements rheo.Backend.
+func (b *Backend) Lag(_ context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	s, g, err := b.group(stream, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rheo.PartitionLag, len(g.parts))
+	for p, gp := range g.parts {
+		out[p] = rheo.PartitionLag{Partition: p, Frontier: gp.frontier(), HighWatermark: int64(len(s.parts[p]))}
+	}
+	return out, nil
+}
+
+// GroupStats implements rheo.Backend.
+func (b *Backend) GroupStats(_ context.Context, stream, group string, _ time.Time) (rheo.GroupStats, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	s, g, err := b.group(stream, group)
+	if err != nil {
+		return rheo.GroupStats{}, err
+	}
+	var st rheo.GroupStats
+	for p, gp := range g.parts {
+		st.Inflight += gp.nLeased
+		st.Available += gp.nAvailable + max(int64(len(s.parts[p]))-gp.cursor, 0)
+		st.DeadLetters += int64(gp.dead.Len())
+	}
+	return st, nil
+}
+
+// DeadLetters implements rheo.Backend.
+func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, limit int) ([]rheo.DeadLetter, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	s, g, err := b.group(stream, group)
+	if err != nil {
+		return nil, err
+	}
+	start := pos{0, 0}
+	if after != "" {
+		at, ok := s.ids[after]
+		if ok {
+			d := g.parts[at.partition].dels[at.seq]
+			ok = d != nil && d.status == dead
+		}
+		if !ok {
+			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q", after, group)
+		}
+		start = pos{at.partition, at.seq + 1}
+	}
+	out := []rheo.DeadLetter{}
+	for p := start.partition; p < len(g.parts) && len(out) < limit; p++ {
+		from := int64(0)
+		if p == start.partition {
+			from = start.seq
+		}
+		gp := g.parts[p]
+		gp.dead.AscendGreaterOrEqual(from, func(seq int64) bool {
+			d := gp.dels[seq]
+			e := clone(s.parts[p][seq-1])
+			out = append(out, rheo.DeadLetter{
+				EventID: e.ID, Partition: p, Sequence: seq, Attempts: d.attempt,
+				Reason: d.reason, DeadLetteredAt: d.deadAt, Event: e,
+			})
+			return len(out) < limit
+		})
+	}
+	return out, nil
+}
+
+// Replay implements rheo.Backend.
+func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) error {
+	b.mu.Lock()
+	s, g, err := b.group(r.Stream, r.Group)
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	for p, from := range r.FromSequence {
+		gp := g.parts[p]
+		for seq, d := range gp.dels {
+			if seq > from {
+				gp.unindex(d)
+				delete(gp.dels, seq)
+			}
+		}
+		gp.cursor = min(gp.cursor, from)
+	}
+	for _, ref := range r.Events {
+		gp := g.parts[ref.Partition]
+		if ref.Sequence > gp.cursor {
+			continue // not offered yet: it will be, fresh
+		}
+		d := gp.dels[ref.Sequence]
+		if d == nil {
+			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition][ref.Sequence-1].ID}
+			gp.dels[d.seq] = d
+		}
+		gp.reopen(d, time.Time{})
+	}
+	b.mu.Unlock()
+	b.notify(r.Stream)
+	return nil
+}
+
+// Redrive implements rheo.Backend.
+func (b *Backend) Redrive(_ context.Context, stream, group string, ids []string) (int, error) {
+	b.mu.Lock()
+	s, g, err := b.group(stream, group)
+	if err != nil {
+		b.mu.Unlock()
+		return 0, err
+	}
+	var todo []pos
+	if len(ids) == 0 {
+		for p, gp := range g.parts {
+			gp.dead.Ascend(func(seq int64) bool {
+				todo = append(todo, pos{p, seq})
+				return true
+			})
+		}
+	} else {
+		for _, id := range ids {
+			if at, ok := s.ids[id]; ok {
+				todo = append(todo, at)
+			}
+		}
+	}
+	n := 0
+	for _, at := range todo {
+		gp := g.parts[at.partition]
+		if d := gp.dels[at.seq]; d != nil && d.status == dead {
+			gp.reopen(d, time.Time{})
+			n++
+		}
+	}
+	b.mu.Unlock()
+	if n > 0 {
+		b.notify(stream)
+	}
+	return n, nil
+}
+
+// ResetGroup implements rheo.Backend.
+func (b *Backend) ResetGroup(_ context.Context, stream, group string, start map[int]int64) error {
+	b.mu.Lock()
+	_, g, err := b.group(stream, group)
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	for p, s := range start {
+		g.parts[p] = newGpart(s)
+	}
+	b.mu.Unlock()
+	b.notify(stream)
+	return nil
+}
