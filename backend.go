@@ -43,6 +43,8 @@ type Backend interface {
 	// partition in input order, with commit order equal to sequence order.
 	// An event whose ID the stream already holds is not written; the stored
 	// event is returned in its place. IDs within one call are distinct.
+	// Each Payload is a fresh buffer the backend may keep; Metadata is the
+	// caller's map and must be copied if kept.
 	Append(ctx context.Context, stream string, events []Event) ([]Event, error)
 	// Read returns up to limit events of one partition with Sequence > after,
 	// ascending.

@@ -91,9 +91,9 @@ func (b *Backend) claim(s *stream, g *group, p, want int, r rheo.FetchRequest, o
 		got++
 	}
 	events := s.parts[p]
-	for got < want && gp.cursor < int64(len(events)) {
+	for got < want && gp.cursor < events.len() {
 		gp.cursor++
-		e := events[gp.cursor-1]
+		e := events.at(gp.cursor)
 		d := &delivery{seq: e.Sequence, eventID: e.ID}
 		gp.dels[d.seq] = d
 		out = append(out, b.lease(s, g, p, d, r))
@@ -115,7 +115,7 @@ func (b *Backend) lease(s *stream, g *group, p int, d *delivery, r rheo.FetchReq
 	return rheo.Lease{
 		ID: d.leaseID, Receipt: d.leaseID, Stream: r.Stream, Group: g.name, ConsumerID: d.consumerID,
 		Attempt: d.attempt, LeasedAt: d.leasedAt, ExpiresAt: d.expiresAt,
-		Event: clone(s.parts[p][d.seq-1]),
+		Event: clone(*s.parts[p].at(d.seq)),
 	}
 }
 

@@ -55,7 +55,7 @@ type pos struct {
 
 type stream struct {
 	info   rheo.StreamInfo
-	parts  [][]rheo.Event // parts[p][seq-1]
+	parts  []*plog
 	ids    map[string]pos
 	groups map[string]*group
 }
@@ -334,7 +334,7 @@ func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {
 	}
 	b.streams[info.Name] = &stream{
 		info:   info,
-		parts:  make([][]rheo.Event, info.Partitions),
+		parts:  newLogs(info.Partitions),
 		ids:    map[string]pos{},
 		groups: map[string]*group{},
 	}
@@ -350,8 +350,8 @@ func (b *Backend) Stream(_ context.Context, name string) (rheo.StreamState, erro
 		return rheo.StreamState{}, err
 	}
 	hw := make([]int64, len(s.parts))
-	for p, evs := range s.parts {
-		hw[p] = int64(len(evs))
+	for p, l := range s.parts {
+		hw[p] = l.len()
 	}
 	return rheo.StreamState{StreamInfo: s.info, HighWatermarks: hw}, nil
 }
@@ -392,14 +392,15 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 	out := make([]rheo.Event, len(evs))
 	for i, e := range evs {
 		if at, dup := s.ids[e.ID]; dup {
-			out[i] = clone(s.parts[at.partition][at.seq-1])
+			out[i] = clone(*s.parts[at.partition].at(at.seq))
 			continue
 		}
 		e.Stream = name
-		e.Sequence = int64(len(s.parts[e.Partition]) + 1)
-		e.Payload = slices.Clone(e.Payload)
+		e.Sequence = s.parts[e.Partition].len() + 1
+		// The facade hands over a fresh payload buffer; metadata is the
+		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
-		s.parts[e.Partition] = append(s.parts[e.Partition], e)
+		s.parts[e.Partition].append(e)
 		s.ids[e.ID] = pos{e.Partition, e.Sequence}
 		out[i] = clone(e)
 	}
@@ -434,14 +435,11 @@ func (b *Backend) Read(_ context.Context, name string, partition int, after int6
 	if err != nil {
 		return nil, err
 	}
-	evs := s.parts[partition]
-	if after >= int64(len(evs)) {
-		return []rheo.Event{}, nil
-	}
-	end := min(int(after)+limit, len(evs))
-	out := make([]rheo.Event, 0, end-int(after))
-	for _, e := range evs[after:end] {
-		out = append(out, clone(e))
+	l := s.parts[partition]
+	end := min(after+int64(limit), l.len())
+	out := make([]rheo.Event, 0, max(end-after, 0))
+	for seq := after + 1; seq <= end; seq++ {
+		out = append(out, clone(*l.at(seq)))
 	}
 	return out, nil
 }
@@ -457,7 +455,7 @@ func (b *Backend) Events(_ context.Context, name string, ids []string) ([]rheo.E
 	out := make([]rheo.Event, 0, len(ids))
 	for _, id := range ids {
 		if at, ok := s.ids[id]; ok {
-			out = append(out, clone(s.parts[at.partition][at.seq-1]))
+			out = append(out, clone(*s.parts[at.partition].at(at.seq)))
 		}
 	}
 	return out, nil

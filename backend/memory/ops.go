@@ -17,7 +17,7 @@ func (b *Backend) Lag(_ context.Context, stream, group string) ([]rheo.Partition
 	}
 	out := make([]rheo.PartitionLag, len(g.parts))
 	for p, gp := range g.parts {
-		out[p] = rheo.PartitionLag{Partition: p, Frontier: gp.frontier(), HighWatermark: int64(len(s.parts[p]))}
+		out[p] = rheo.PartitionLag{Partition: p, Frontier: gp.frontier(), HighWatermark: s.parts[p].len()}
 	}
 	return out, nil
 }
@@ -33,7 +33,7 @@ func (b *Backend) GroupStats(_ context.Context, stream, group string, _ time.Tim
 	var st rheo.GroupStats
 	for p, gp := range g.parts {
 		st.Inflight += gp.nLeased
-		st.Available += gp.nAvailable + max(int64(len(s.parts[p]))-gp.cursor, 0)
+		st.Available += gp.nAvailable + max(s.parts[p].len()-gp.cursor, 0)
 		st.DeadLetters += int64(gp.dead.Len())
 	}
 	return st, nil
@@ -68,7 +68,7 @@ func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, li
 		gp := g.parts[p]
 		gp.dead.AscendGreaterOrEqual(from, func(seq int64) bool {
 			d := gp.dels[seq]
-			e := clone(s.parts[p][seq-1])
+			e := clone(*s.parts[p].at(seq))
 			out = append(out, rheo.DeadLetter{
 				EventID: e.ID, Partition: p, Sequence: seq, Attempts: d.attempt,
 				Reason: d.reason, DeadLetteredAt: d.deadAt, Event: e,
@@ -104,7 +104,7 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) error {
 		}
 		d := gp.dels[ref.Sequence]
 		if d == nil {
-			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition][ref.Sequence-1].ID}
+			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition].at(ref.Sequence).ID}
 			gp.dels[d.seq] = d
 		}
 		gp.reopen(d, time.Time{})

@@ -39,7 +39,7 @@ func (b *Backend) Query(_ context.Context, q rheo.QuerySpec) ([]rheo.Event, erro
 	for _, p := range parts {
 		evs := s.parts[p]
 		lo := max(q.AfterSequence, q.After[p]) // exclusive
-		hi := int64(len(evs))                  // inclusive
+		hi := evs.len()                        // inclusive
 		if q.UntilSequence > 0 {
 			hi = min(hi, q.UntilSequence)
 		}
@@ -49,7 +49,7 @@ func (b *Backend) Query(_ context.Context, q rheo.QuerySpec) ([]rheo.Event, erro
 			if desc {
 				seq = hi - (i - lo - 1)
 			}
-			e := &evs[seq-1]
+			e := evs.at(seq)
 			if matches(e, q.Query) {
 				out = append(out, clone(*e))
 				n++
