@@ -1,0 +1,243 @@
+package rheo
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rheo-go/rheo/internal/id"
+)
+
+// ErrConsumerStopped is the context cause a handler sees when its consumer
+// stopped and the shutdown budget ran out. A handler that then returns an
+// error has its event nacked at once, with this error's message as reason, so
+// another worker takes it without delay.
+var ErrConsumerStopped = errors.New("consumer stopped")
+
+// Consumer defaults.
+const (
+	DefaultPollInterval    = 200 * time.Millisecond
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// ConsumerConfig configures a Consumer. Only Stream, Group and Handler are
+// required.
+type ConsumerConfig struct {
+	// Stream and Group name the group to consume; both must exist when the
+	// consumer fetches (until they do, fetches fail and are retried).
+	Stream, Group string
+	// Handler processes each event; see Handler for how its result settles
+	// the lease.
+	Handler Handler
+	// Concurrency is how many handlers run at once (default 1).
+	Concurrency int
+	// MaxInflight is how many leases the consumer holds at once, running or
+	// waiting for a handler (default Concurrency, at most 10,000). Holding
+	// more than Concurrency prefetches work; fewer caps the handlers too.
+	MaxInflight int
+	// LeaseDuration is the lease the consumer asks for (default the client's
+	// WithLeaseDuration, 30s). Leases are renewed every half lease while
+	// their handler runs, so a handler may take longer than this.
+	LeaseDuration time.Duration
+	// PollInterval is the longest the consumer waits between fetches when it
+	// is idle (default 200ms). Backends that can notify wake it sooner, on
+	// appends, nacks, replays and redrives.
+	PollInterval time.Duration
+	// ConsumerID names this worker in leases (default host name plus a
+	// random suffix).
+	ConsumerID string
+	// Partitions restricts the consumer to some partitions (default all).
+	Partitions []int
+	// Backoff returns the retry delay after a failed attempt (attempt is 1 on
+	// the first delivery). Default DefaultBackoff: 1s doubling to 1m.
+	Backoff func(attempt int) time.Duration
+	// ShutdownTimeout is how long Run lets inflight handlers finish after its
+	// context is cancelled, before cancelling their contexts (default 5s).
+	ShutdownTimeout time.Duration
+}
+
+// Consumer runs a Handler over a group: it fetches leases, runs handlers,
+// renews leases while handlers run, settles leases from handlers' results,
+// and stops cleanly. Many processes may consume one group; inside one client
+// a group has at most one running Consumer (scale with Concurrency).
+type Consumer struct {
+	c   *Client
+	cfg ConsumerConfig
+	log *slog.Logger
+
+	mu  sync.Mutex
+	cur *run // the current Run, nil when not running
+}
+
+// NewConsumer checks cfg and returns a Consumer; start it with Run. An
+// invalid config is ErrInvalidArgument naming the field.
+func (c *Client) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
+	if err := checkName("ConsumerConfig.Stream", cfg.Stream); err != nil {
+		return nil, err
+	}
+	if err := checkName("ConsumerConfig.Group", cfg.Group); err != nil {
+		return nil, err
+	}
+	if cfg.Handler == nil {
+		return nil, Errorf(ErrInvalidArgument, "ConsumerConfig.Handler is nil")
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"Concurrency", int64(cfg.Concurrency)},
+		{"MaxInflight", int64(cfg.MaxInflight)},
+		{"LeaseDuration", int64(cfg.LeaseDuration)},
+		{"PollInterval", int64(cfg.PollInterval)},
+		{"ShutdownTimeout", int64(cfg.ShutdownTimeout)},
+	} {
+		if f.v < 0 {
+			return nil, Errorf(ErrInvalidArgument, "ConsumerConfig.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	if cfg.MaxInflight > MaxLimit {
+		return nil, Errorf(ErrInvalidArgument, "ConsumerConfig.MaxInflight %d exceeds %d", cfg.MaxInflight, MaxLimit)
+	}
+	if cfg.Concurrency > MaxLimit {
+		return nil, Errorf(ErrInvalidArgument, "ConsumerConfig.Concurrency %d exceeds %d", cfg.Concurrency, MaxLimit)
+	}
+	for _, p := range cfg.Partitions {
+		if p < 0 || p >= MaxPartitions {
+			return nil, Errorf(ErrInvalidPartition, "ConsumerConfig.Partitions: partition %d of stream %q", p, cfg.Stream)
+		}
+	}
+	if cfg.ConsumerID != "" {
+		if err := checkName("ConsumerConfig.ConsumerID", cfg.ConsumerID); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg.ConsumerID = defaultConsumerID()
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = cfg.Concurrency
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = c.opts.leaseDuration
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
+	}
+	cfg.Partitions = append([]int(nil), cfg.Partitions...)
+	return &Consumer{
+		c:   c,
+		cfg: cfg,
+		log: c.Logger().With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.ConsumerID),
+	}, nil
+}
+
+func defaultConsumerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" || checkName("host", host) != nil || len(host) > 100 {
+		host = "consumer"
+	}
+	return host + "-" + id.Token()[:8]
+}
+
+// ID returns the consumer ID its leases carry.
+func (k *Consumer) ID() string { return k.cfg.ConsumerID }
+
+// Run consumes until ctx is cancelled or Drain finishes, then returns nil
+// after a clean stop.
+//
+// On cancellation it stops fetching and lets inflight handlers finish for up
+// to ShutdownTimeout; then it cancels their contexts (cause
+// ErrConsumerStopped) and waits for them to return, so handlers must honour
+// their context. Leases it could not settle are left to expire. No goroutine
+// of the consumer outlives Run.
+//
+// A second Run of the same (stream, group) on one client, while the first
+// runs, returns ErrAlreadyRunning. A configuration the backend refuses
+// (partitions out of range, say) or a closed client ends Run with that error;
+// other fetch errors are logged and retried with backoff (100ms doubling to 5s).
+func (k *Consumer) Run(ctx context.Context) error {
+	if err := k.c.check(); err != nil {
+		return err
+	}
+	key := [2]string{k.cfg.Stream, k.cfg.Group}
+	k.c.runningMu.Lock()
+	if k.c.running[key] {
+		k.c.runningMu.Unlock()
+		return Errorf(ErrAlreadyRunning, "a consumer of group %q on stream %q already runs on this client", k.cfg.Group, k.cfg.Stream)
+	}
+	k.c.running[key] = true
+	k.c.runningMu.Unlock()
+
+	r := newRun(k, ctx)
+	k.mu.Lock()
+	k.cur = r
+	k.mu.Unlock()
+
+	err := r.run(ctx)
+
+	k.c.runningMu.Lock()
+	delete(k.c.running, key)
+	k.c.runningMu.Unlock()
+	k.mu.Lock()
+	k.cur = nil
+	k.mu.Unlock()
+	close(r.done)
+	return err
+}
+
+// Drain stops fetching and waits until every inflight lease is settled (or
+// left to expire), which also ends Run with nil. When ctx ends first it
+// returns ctx's error and the consumer keeps draining (it never fetches
+// again); cancel Run's context to stop it for good. Drain on a consumer that
+// is not running returns nil at once; a Drain while another is waiting is
+// ErrAlreadyDraining.
+func (k *Consumer) Drain(ctx context.Context) error {
+	k.mu.Lock()
+	r := k.cur
+	if r == nil {
+		k.mu.Unlock()
+		return nil
+	}
+	if r.drainWaiting {
+		k.mu.Unlock()
+		return Errorf(ErrAlreadyDraining, "group %q on stream %q is already draining", k.cfg.Group, k.cfg.Stream)
+	}
+	r.drainWaiting = true
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		r.drainWaiting = false
+		k.mu.Unlock()
+	}()
+	r.drainOnce.Do(func() { close(r.drainReq) })
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		err := Errorf(ctx.Err(), "drain of group %q on stream %q: %d leases still inflight", k.cfg.Group, k.cfg.Stream, r.count())
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			err = Wrap(ctx.Err(), cause, "drain of group %q on stream %q: %d leases still inflight", k.cfg.Group, k.cfg.Stream, r.count())
+		}
+		return err
+	}
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease of the event a handler is processing,
+// as it was fetched (Attempt tells how many deliveries this is).
+func LeaseFromContext(ctx context.Context) (Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(Lease)
+	return l, ok
+}

@@ -1,0 +1,110 @@
+package rheo
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// minRenewInterval keeps very short leases from turning renewal into a busy
+// loop.
+const minRenewInterval = 10 * time.Millisecond
+
+func (r *run) renewInterval() time.Duration {
+	return max(r.cfg.LeaseDuration/2, minRenewInterval)
+}
+
+// renewLoop renews every held lease every half lease until stopNow closes.
+// Renewal goes on while the consumer stops, so handlers finishing within the
+// shutdown budget keep their leases.
+func (r *run) renewLoop() {
+	t := time.NewTicker(r.renewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopNow:
+			return
+		case <-t.C:
+			r.renewAll()
+		}
+	}
+}
+
+func (r *run) renewAll() {
+	r.mu.Lock()
+	jobs := make([]*job, 0, len(r.inflight))
+	for _, j := range r.inflight {
+		if !j.dropped && j.state != jobSettling {
+			jobs = append(jobs, j)
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range jobs {
+		select {
+		case <-r.stopNow:
+			return
+		default:
+		}
+		r.mu.Lock()
+		skip := j.dropped || j.state == jobSettling
+		lease := j.lease
+		r.mu.Unlock()
+		if skip {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.bg, r.renewInterval())
+		renewed, err := r.c.Renew(ctx, lease, r.cfg.LeaseDuration)
+		cancel()
+		switch Classify(err) {
+		case Settled:
+			r.mu.Lock()
+			if j.state != jobSettling {
+				j.lease.ExpiresAt = renewed.ExpiresAt
+			}
+			r.mu.Unlock()
+			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: renewed})
+		case Lost:
+			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
+			if r.lose(j, err) {
+				r.log.Warn("lease lost; cancelling its handler", "event_id", lease.Event.ID,
+					"partition", lease.Event.Partition, "sequence", lease.Event.Sequence, "lease", lease.ID, "err", err)
+				r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: lease, Err: err})
+			}
+		default:
+			// Keep the lease: the next round may succeed before it expires.
+			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
+			r.log.Warn("lease renewal failed; will retry", "event_id", lease.Event.ID, "lease", lease.ID, "err", err)
+		}
+	}
+}
+
+// lose drops a job whose lease renewal found taken: its handler's context is
+// cancelled with cause ErrStaleLease and the lease is never settled. It
+// reports false when the job was already settling (its settle decides).
+func (r *run) lose(j *job, err error) bool {
+	r.mu.Lock()
+	if j.dropped || j.state == jobSettling || r.inflight[j.id] != j {
+		r.mu.Unlock()
+		return false
+	}
+	j.dropped = true
+	running := j.state == jobRunning
+	if running {
+		// A queued job stays tracked until a worker pops and releases it,
+		// so the queue never holds more than MaxInflight jobs.
+		delete(r.inflight, j.id)
+	}
+	r.mu.Unlock()
+	cause := err
+	if !errors.Is(err, ErrStaleLease) {
+		cause = Wrap(ErrStaleLease, err, "lease %s", j.id)
+	}
+	j.cancel(cause)
+	if running {
+		select {
+		case r.slotFreed <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}

@@ -1,0 +1,351 @@
+package rheo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Fetch errors are retried after 100ms, doubling up to 5s; a successful fetch
+// resets the delay.
+const (
+	fetchBackoffMin = 100 * time.Millisecond
+	fetchBackoffMax = 5 * time.Second
+)
+
+func nextFetchBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return fetchBackoffMin
+	}
+	return min(2*d, fetchBackoffMax)
+}
+
+type jobState int
+
+const (
+	jobQueued   jobState = iota // waiting for a handler slot
+	jobRunning                  // its handler runs
+	jobSettling                 // its settle is on the way; renewal leaves it alone
+)
+
+// job is one held lease.
+type job struct {
+	id     string // the lease ID, the inflight key
+	event  Event
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// Guarded by run.mu.
+	lease   Lease // renewals move ExpiresAt
+	state   jobState
+	dropped bool // lost to someone else: never settled
+}
+
+// run is the state of one Run call. The Run goroutine fetches; Concurrency
+// workers run handlers; one goroutine settles in batches; one renews.
+type run struct {
+	c   *Client
+	cfg ConsumerConfig
+	log *slog.Logger
+	obs Observer
+
+	// bg outlives the caller's cancellation (with its values) so that
+	// settles and renewals still go out while the consumer stops.
+	bg context.Context
+	// hctx is the parent of every handler context; cancelled (with cause
+	// ErrConsumerStopped) when the shutdown budget runs out.
+	hctx    context.Context
+	hcancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	inflight map[string]*job
+	hard     bool // handler contexts cancelled: queued jobs are released unrun
+
+	drainWaiting bool // guarded by Consumer.mu
+	drainReq     chan struct{}
+	drainOnce    sync.Once
+	done         chan struct{} // closed once Run has returned
+
+	queue     chan *job      // to workers; never holds more than MaxInflight
+	settles   chan settleReq // to the settler
+	slotFreed chan struct{}  // signalled (coalescing) whenever a lease is released
+	stopNow   chan struct{}  // closed to end the renewer
+}
+
+func newRun(k *Consumer, ctx context.Context) *run {
+	bg := context.WithoutCancel(ctx)
+	hctx, hcancel := context.WithCancelCause(bg)
+	return &run{
+		c:         k.c,
+		cfg:       k.cfg,
+		log:       k.log,
+		obs:       k.c.opts.observer,
+		bg:        bg,
+		hctx:      hctx,
+		hcancel:   hcancel,
+		inflight:  make(map[string]*job, k.cfg.MaxInflight),
+		drainReq:  make(chan struct{}),
+		done:      make(chan struct{}),
+		queue:     make(chan *job, k.cfg.MaxInflight),
+		settles:   make(chan settleReq, k.cfg.MaxInflight),
+		slotFreed: make(chan struct{}, 1),
+		stopNow:   make(chan struct{}),
+	}
+}
+
+func (r *run) run(ctx context.Context) error {
+	r.log.Info("consumer started", "concurrency", r.cfg.Concurrency, "max_inflight", r.cfg.MaxInflight,
+		"lease", r.cfg.LeaseDuration)
+	var workers sync.WaitGroup
+	for range min(r.cfg.Concurrency, r.cfg.MaxInflight) {
+		workers.Go(r.work)
+	}
+	var settler, renewer sync.WaitGroup
+	settler.Go(r.settleLoop)
+	renewer.Go(r.renewLoop)
+
+	err := r.fetchLoop(ctx)
+	r.stop(ctx, err != nil)
+
+	close(r.queue)
+	workers.Wait()
+	close(r.settles)
+	settler.Wait()
+	close(r.stopNow)
+	renewer.Wait()
+	r.hcancel(ErrConsumerStopped)
+	r.log.Info("consumer stopped", "unsettled", r.count())
+	return err
+}
+
+func (r *run) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight)
+}
+
+func (r *run) draining() bool {
+	select {
+	case <-r.drainReq:
+		return true
+	default:
+		return false
+	}
+}
+
+// fetchLoop fetches until ctx is cancelled or a drain is requested (nil), or
+// a fetch fails in a way retrying cannot fix (that error).
+func (r *run) fetchLoop(ctx context.Context) error {
+	// Subscribe before the first fetch so that no wakeup between a fetch and
+	// the wait is lost. A nil channel (no notifications) never fires.
+	wake, unsubscribe := r.c.subscribe(r.cfg.Stream)
+	defer unsubscribe()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	// wait blocks for d (none when 0), a wakeup or a freed slot; false
+	// means stop.
+	wait := func(d time.Duration, wake, slot <-chan struct{}) bool {
+		var tick <-chan time.Time
+		if d > 0 {
+			timer.Reset(d)
+			tick = timer.C
+			defer timer.Stop()
+		}
+		select {
+		case <-tick:
+		case <-wake:
+		case <-slot:
+		case <-ctx.Done():
+			return false
+		case <-r.drainReq:
+			return false
+		}
+		return true
+	}
+	opts := FetchOptions{ConsumerID: r.cfg.ConsumerID, LeaseDuration: r.cfg.LeaseDuration, Partitions: r.cfg.Partitions}
+	var backoff time.Duration
+	for ctx.Err() == nil && !r.draining() {
+		free := r.cfg.MaxInflight - r.count()
+		if free <= 0 {
+			if !wait(0, nil, r.slotFreed) {
+				return nil
+			}
+			continue
+		}
+		opts.Limit = free
+		start := time.Now()
+		leases, err := r.c.Fetch(ctx, r.cfg.Stream, r.cfg.Group, opts)
+		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: time.Since(start), Err: err})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) {
+				r.log.Error("consumer cannot fetch; stopping", "err", err)
+				return err
+			}
+			backoff = nextFetchBackoff(backoff)
+			r.log.Warn("fetch failed; retrying", "err", err, "retry_in", backoff)
+			if !wait(backoff, nil, nil) {
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		if len(leases) > 0 {
+			r.dispatch(leases)
+			continue
+		}
+		if !wait(r.cfg.PollInterval, wake, nil) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// dispatch tracks fresh leases and queues them for the workers.
+func (r *run) dispatch(leases []Lease) {
+	jobs := make([]*job, len(leases))
+	r.mu.Lock()
+	for i, l := range leases {
+		ctx, cancel := context.WithCancelCause(context.WithValue(r.hctx, leaseKey{}, l))
+		j := &job{id: l.ID, event: l.Event, ctx: ctx, cancel: cancel, lease: l}
+		r.inflight[l.ID] = j
+		jobs[i] = j
+	}
+	r.mu.Unlock()
+	for _, j := range jobs {
+		r.queue <- j
+	}
+}
+
+// release forgets a job: its lease is settled, lost or left to expire.
+func (r *run) release(j *job) {
+	r.mu.Lock()
+	if r.inflight[j.id] == j {
+		delete(r.inflight, j.id)
+	}
+	r.mu.Unlock()
+	j.cancel(nil)
+	select {
+	case r.slotFreed <- struct{}{}:
+	default:
+	}
+}
+
+// stop waits for inflight leases to settle: without limit while draining,
+// for ShutdownTimeout once ctx is cancelled. Then it cancels the handlers'
+// contexts.
+func (r *run) stop(ctx context.Context, fatal bool) {
+	n := r.count()
+	r.log.Info("consumer stopping", "inflight", n)
+	if !fatal && n > 0 {
+		var deadline <-chan time.Time
+		cancelled := ctx.Done()
+		if ctx.Err() != nil {
+			t := time.NewTimer(r.cfg.ShutdownTimeout)
+			defer t.Stop()
+			deadline, cancelled = t.C, nil
+		}
+	wait:
+		for r.count() > 0 {
+			select {
+			case <-r.slotFreed:
+			case <-cancelled:
+				t := time.NewTimer(r.cfg.ShutdownTimeout)
+				defer t.Stop()
+				deadline, cancelled = t.C, nil
+			case <-deadline:
+				r.log.Warn("shutdown budget spent; cancelling handlers", "inflight", r.count(),
+					"budget", r.cfg.ShutdownTimeout)
+				break wait
+			}
+		}
+	}
+	r.mu.Lock()
+	r.hard = true
+	r.mu.Unlock()
+	r.hcancel(ErrConsumerStopped)
+}
+
+// work runs handlers for queued jobs until the queue closes.
+func (r *run) work() {
+	for j := range r.queue {
+		r.mu.Lock()
+		dropped, hard := j.dropped, r.hard
+		switch {
+		case dropped:
+		case hard:
+			j.state = jobSettling
+		default:
+			j.state = jobRunning
+		}
+		lease := j.lease
+		r.mu.Unlock()
+		switch {
+		case dropped:
+			r.release(j)
+		case hard:
+			// Never started: hand it back at once rather than sit on it.
+			r.settles <- settleReq{j: j, lease: lease, kind: SettleNack, reason: ErrConsumerStopped.Error()}
+		default:
+			r.handle(j)
+		}
+	}
+}
+
+func (r *run) handle(j *job) {
+	start := time.Now()
+	err, panicked := r.call(j)
+	elapsed := time.Since(start)
+	stopped := err != nil && errors.Is(context.Cause(j.ctx), ErrConsumerStopped)
+	r.mu.Lock()
+	dropped := j.dropped
+	j.state = jobSettling
+	lease := j.lease
+	r.mu.Unlock()
+	r.observe(ConsumerEvent{Kind: ConsumerHandled, Lease: lease, Duration: elapsed, Err: err, Panicked: panicked})
+	if dropped {
+		// Renewal found the lease taken by someone else and released it.
+		return
+	}
+	req := settleReq{j: j, lease: lease}
+	var retry *retryError
+	switch {
+	case err == nil:
+		req.kind = SettleAck
+	case stopped:
+		req.kind, req.reason = SettleNack, ErrConsumerStopped.Error()
+	case isReject(err):
+		req.kind, req.reason = SettleReject, err.Error()
+	case errors.As(err, &retry):
+		req.kind, req.reason, req.delay = SettleNack, err.Error(), retry.delay
+	default:
+		req.kind, req.reason, req.delay = SettleNack, err.Error(), max(r.cfg.Backoff(lease.Attempt), 0)
+	}
+	r.settles <- req
+}
+
+// call runs the handler, turning a panic into an error.
+func (r *run) call(j *job) (err error, panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			err, panicked = fmt.Errorf("panic: %v", v), true
+			r.log.Error("handler panicked", "event_id", j.event.ID, "partition", j.event.Partition,
+				"sequence", j.event.Sequence, "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	return r.cfg.Handler(j.ctx, j.event), false
+}
+
+func (r *run) observe(ev ConsumerEvent) {
+	if r.obs == nil {
+		return
+	}
+	ev.Stream, ev.Group, ev.ConsumerID = r.cfg.Stream, r.cfg.Group, r.cfg.ConsumerID
+	r.obs.ObserveConsumer(ev)
+}

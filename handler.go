@@ -1,0 +1,79 @@
+package rheo
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Handler processes one event for a Consumer. Its return value settles the
+// lease:
+//
+//   - nil acks the delivery;
+//   - Reject(err) dead-letters it for this group, with reason err.Error();
+//   - RetryAfter(d, err) nacks it so that it comes back after d;
+//   - any other error nacks it with the delay of ConsumerConfig.Backoff;
+//   - a panic is recovered, logged with its stack and nacked like an error,
+//     with reason "panic: <value>".
+//
+// The reason stored with a nack or a reject is the returned error's message.
+// Delivery is at least once: a handler must be idempotent on Event.ID.
+//
+// ctx is cancelled when the consumer stops after its shutdown budget (cause
+// ErrConsumerStopped) or when renewal finds that the lease now belongs to
+// someone else (cause ErrStaleLease); context.Cause tells which. A long
+// handler should watch ctx and give up early.
+type Handler func(ctx context.Context, e Event) error
+
+// Reject wraps err so that a Handler returning it dead-letters the event
+// instead of retrying it: use it for events that can never succeed (bad
+// payload, unknown type). The stored reason is the returned error's message.
+// The wrapped error stays reachable through errors.Is and errors.As.
+func Reject(err error) error {
+	if err == nil {
+		err = errors.New("rejected")
+	}
+	return &rejectError{err: err}
+}
+
+// RetryAfter wraps err so that a Handler returning it nacks the event with
+// delay d (instead of the Backoff delay): use it when the handler knows when
+// a retry can succeed (a rate limit's Retry-After, say). A negative d means
+// no delay. The wrapped error stays reachable through errors.Is and errors.As.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry")
+	}
+	return &retryError{delay: max(d, 0), err: err}
+}
+
+type rejectError struct{ err error }
+
+func (e *rejectError) Error() string { return e.err.Error() }
+func (e *rejectError) Unwrap() error { return e.err }
+
+type retryError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// DefaultBackoff is the retry delay a Consumer uses when ConsumerConfig.Backoff
+// is nil: 1s on the first attempt, doubling with every attempt, capped at 1m.
+func DefaultBackoff(attempt int) time.Duration {
+	const base, ceiling = time.Second, time.Minute
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 7 { // 2^6 s already exceeds the cap
+		return ceiling
+	}
+	return min(base<<(attempt-1), ceiling)
+}
+
+func isReject(err error) bool {
+	var r *rejectError
+	return errors.As(err, &r)
+}
