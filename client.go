@@ -40,6 +40,7 @@ type options struct {
 	fetchLimit    int
 	logger        *slog.Logger
 	maxEventBytes int
+	observer      Observer
 }
 
 // WithClock sets the clock all lease arithmetic reads (default clock.System).
