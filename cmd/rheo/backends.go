@@ -1,0 +1,7 @@
+package main
+
+// The command opens stores by DSN; each backend registers its scheme when
+// its package is imported.
+import (
+	_ "github.com/rheo-go/rheo/backend/memory"
+)

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rheo-go/rheo"
+)
+
+// maxInputLine bounds one stdin line of append; the client's event size
+// limit (1 MiB by default) rejects big events with a clear message first.
+const maxInputLine = 16 << 20
+
+// appendSummaryAbove is how many appended events a table still lists one by
+// one; above it, append prints a summary per partition.
+const appendSummaryAbove = 20
+
+func (a *app) appendCommand() *cobra.Command {
+	var (
+		typ, key, id string
+		part         int
+		meta         []string
+	)
+	cmd := &cobra.Command{
+		Use:   "append STREAM [PAYLOAD]",
+		Short: "Append events: one payload argument, or one JSON object per line of stdin",
+		Long: `Append events to a stream. The payload (a JSON object) is the argument, or
+else stdin is read with one JSON object per line (blank lines are skipped).
+--type, --key, --partition and --meta apply to every event. Stdin input is
+appended in atomic batches of up to 10,000 events.`,
+		Example: `  rheo append orders '{"order_id":"o-1","total":42}' --type order_placed --key cust-1
+  rheo append orders --type order_placed --meta producer=shop < orders.jsonl`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			stream := args[0]
+			metadata, err := parseKV("meta", meta)
+			if err != nil {
+				return err
+			}
+			var payloads []json.RawMessage
+			if len(args) == 2 {
+				payloads = []json.RawMessage{json.RawMessage(args[1])}
+			} else if payloads, err = readLines(a.stdin); err != nil {
+				return err
+			}
+			if len(payloads) == 0 {
+				return usagef("append: no payload given (pass a JSON object, or one per line on stdin)")
+			}
+			if id != "" && len(payloads) > 1 {
+				return usagef("append: --id names one event but %d payloads were given", len(payloads))
+			}
+			msgs := make([]rheo.Message, len(payloads))
+			for i, p := range payloads {
+				msgs[i] = rheo.Message{ID: id, Type: typ, Key: key, Payload: p, Metadata: metadata}
+				if cmd.Flags().Changed("partition") {
+					msgs[i].Partition = &part
+				}
+			}
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var all []rheo.Event
+			for chunk := range slices.Chunk(msgs, rheo.MaxLimit) {
+				evs, err := c.AppendBatch(ctx, stream, chunk)
+				if err != nil {
+					if len(all) > 0 {
+						return fmt.Errorf("after appending %d events: %w", len(all), err)
+					}
+					return err
+				}
+				all = append(all, evs...)
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, eventsJSON(all))
+			}
+			if len(all) <= appendSummaryAbove {
+				t := newTable(a.stdout, "PARTITION", "SEQ", "ID", "TYPE", "KEY")
+				for _, e := range all {
+					t.row(e.Partition, e.Sequence, e.ID, dash(e.Type), dash(e.Key))
+				}
+				return t.flush()
+			}
+			fmt.Fprintf(a.stdout, "appended %d events to %s\n", len(all), stream)
+			t := newTable(a.stdout, "PARTITION", "EVENTS", "SEQ")
+			for _, r := range seqRanges(all) {
+				t.row(r.partition, r.count, fmt.Sprintf("%d..%d", r.first, r.last))
+			}
+			return t.flush()
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&typ, "type", "", "event type")
+	fs.StringVar(&key, "key", "", "event key (routes to a partition by hash)")
+	fs.IntVar(&part, "partition", 0, "explicit partition (wins over --key)")
+	fs.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
+	fs.StringVar(&id, "id", "", "event ID (the idempotency key; default a new UUIDv7)")
+	return cmd
+}
+
+// readLines reads one JSON payload per non-blank line.
+func readLines(r io.Reader) ([]json.RawMessage, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxInputLine)
+	var out []json.RawMessage
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if !json.Valid(b) {
+			return nil, fmt.Errorf("stdin line %d is not valid JSON: %.60s", line, b)
+		}
+		out = append(out, json.RawMessage(bytes.Clone(b)))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading stdin after line %d: %w", line, err)
+	}
+	return out, nil
+}
+
+type seqRange struct {
+	partition, count int
+	first, last      int64
+}
+
+// seqRanges summarises appended events per partition.
+func seqRanges(evs []rheo.Event) []seqRange {
+	byPart := map[int]*seqRange{}
+	for _, e := range evs {
+		r, ok := byPart[e.Partition]
+		if !ok {
+			r = &seqRange{partition: e.Partition, first: e.Sequence, last: e.Sequence}
+			byPart[e.Partition] = r
+		}
+		r.count++
+		r.first = min(r.first, e.Sequence)
+		r.last = max(r.last, e.Sequence)
+	}
+	out := make([]seqRange, 0, len(byPart))
+	for _, r := range byPart {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(x, y seqRange) int { return x.partition - y.partition })
+	return out
+}
+
+func (a *app) queryCommand() *cobra.Command {
+	q := queryFlags{withPartitions: true, paged: true}
+	cmd := &cobra.Command{
+		Use:   "query STREAM",
+		Short: "Search a stream's log (never changes any group)",
+		Long: `Search a stream by type, key, partition, metadata, payload fields, time window
+and sequence range. Results come in sequence order unless --order says
+otherwise; in sequence order a page that fills --limit ends with the cursor of
+the next page.`,
+		Example: `  rheo query orders --type order_placed --field customer.country=NL
+  rheo query orders --meta correlation_id=c-7 --from 2026-01-02T00:00:00Z --limit 10
+  rheo query orders --order timestamp:desc --limit 5
+  rheo query orders --limit 100 --cursor c1.eyIwIjoxMDB9`,
+		Args: cobra.ExactArgs(1),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			query, err := q.build(args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var page rheo.Page
+			if pagedOrder(query.OrderBy) {
+				page, err = c.QueryPage(ctx, query)
+			} else {
+				page.Events, err = c.Query(ctx, query)
+			}
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, struct {
+					Events     []eventJSON `json:"events"`
+					NextCursor string      `json:"next_cursor"`
+				}{eventsJSON(page.Events), page.NextCursor})
+			}
+			if err := a.writeEvents(a.stdout, page.Events); err != nil {
+				return err
+			}
+			if page.NextCursor != "" {
+				fmt.Fprintf(a.stdout, "next page: --cursor %s\n", page.NextCursor)
+			}
+			return nil
+		}),
+	}
+	q.register(cmd.Flags())
+	return cmd
+}
+
+// pagedOrder reports whether an order allows cursor paging (sequence order).
+func pagedOrder(o []rheo.Order) bool {
+	switch len(o) {
+	case 0:
+		return true
+	case 1:
+		return o[0] == rheo.Asc(rheo.OrderSequence)
+	case 2:
+		return o[0] == rheo.Asc(rheo.OrderSequence) && o[1] == rheo.Asc(rheo.OrderPartition)
+	}
+	return false
+}
+
+// tailBatch is how many events one poll reads per partition.
+const tailBatch = 1000
+
+func (a *app) tailCommand() *cobra.Command {
+	var (
+		partitions    []int
+		fromBeginning bool
+		interval      time.Duration
+		limit         int
+	)
+	cmd := &cobra.Command{
+		Use:   "tail STREAM",
+		Short: "Follow new events as they are appended (never changes any group)",
+		Long: `Print events as they are appended, until interrupted (Ctrl-C) or --limit
+events have been printed. It reads each partition in order and polls every
+--interval; it holds no lease and changes no group. --from-beginning prints
+the existing events first. With --json it prints one JSON object per line.`,
+		Example: "  rheo tail orders\n  rheo tail orders --from-beginning --json | jq .payload",
+		Args:    cobra.ExactArgs(1),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if interval <= 0 {
+				return usagef("tail: --interval %v must be positive", interval)
+			}
+			if limit < 0 {
+				return usagef("tail: --limit %d is negative", limit)
+			}
+			stream := args[0]
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			parts, err := tailPartitions(ctx, c, stream, partitions)
+			if err != nil {
+				return err
+			}
+			after := make(map[int]int64, len(parts))
+			if !fromBeginning {
+				for _, p := range parts {
+					last, err := c.Query(ctx, rheo.Query{Stream: stream, Partitions: []int{p},
+						OrderBy: []rheo.Order{rheo.Desc(rheo.OrderSequence)}, Limit: 1})
+					if err != nil {
+						return err
+					}
+					if len(last) > 0 {
+						after[p] = last[0].Sequence
+					}
+				}
+			}
+			printed := 0
+			enc := json.NewEncoder(a.stdout)
+			for {
+				got := 0
+				for _, p := range parts {
+					evs, err := c.Read(ctx, stream, rheo.ReadOptions{Partition: p, After: after[p], Limit: tailBatch})
+					if err != nil {
+						if ctx.Err() != nil {
+							return nil
+						}
+						return err
+					}
+					for _, e := range evs {
+						if a.jsonOut {
+							if err := enc.Encode(toEventJSON(e)); err != nil {
+								return err
+							}
+						} else {
+							fmt.Fprintf(a.stdout, "%s  p%d #%d  %s  type=%s key=%s  %s\n",
+								fmtTime(e.Timestamp), e.Partition, e.Sequence, e.ID, dash(e.Type), dash(e.Key), e.Payload)
+						}
+						after[p] = e.Sequence
+						printed++
+						got++
+						if limit > 0 && printed >= limit {
+							return nil
+						}
+					}
+				}
+				if got > 0 {
+					continue
+				}
+				tick := time.NewTimer(interval)
+				select {
+				case <-ctx.Done():
+					tick.Stop()
+					return nil
+				case <-tick.C:
+				}
+			}
+		}),
+	}
+	fs := cmd.Flags()
+	fs.IntSliceVar(&partitions, "partition", nil, "follow only these partitions (repeatable; default all)")
+	fs.BoolVar(&fromBeginning, "from-beginning", false, "print the existing events first")
+	fs.DurationVar(&interval, "interval", 200*time.Millisecond, "how often to poll for new events")
+	fs.IntVar(&limit, "limit", 0, "stop after printing this many events (0: never)")
+	return cmd
+}
+
+// tailPartitions resolves the partitions to follow (all when none given).
+func tailPartitions(ctx context.Context, c *rheo.Client, stream string, given []int) ([]int, error) {
+	streams, err := c.ListStreams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range streams {
+		if s.Name != stream {
+			continue
+		}
+		if len(given) == 0 {
+			all := make([]int, s.Partitions)
+			for i := range all {
+				all[i] = i
+			}
+			return all, nil
+		}
+		out := slices.Clone(given)
+		slices.Sort(out)
+		out = slices.Compact(out)
+		for _, p := range out {
+			if p < 0 || p >= s.Partitions {
+				return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, s.Partitions)
+			}
+		}
+		return out, nil
+	}
+	return nil, rheo.Errorf(rheo.ErrStreamNotFound, "stream %q", stream)
+}

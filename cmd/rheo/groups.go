@@ -1,0 +1,510 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rheo-go/rheo"
+)
+
+func (a *app) migrateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade the store's schema (idempotent)",
+		Long: `Create or upgrade the store's schema and indexes. Running it again is a no-op.
+Embedded stores (memory:, sqlite:) are migrated by every command; shared stores
+(postgres://, redis://) only by this one.`,
+		Example: "  rheo migrate --dsn postgres://rheo@db/rheo",
+		Args:    cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.open(ctx, a.storeDSN())
+			if err != nil {
+				return fmt.Errorf("open %s: %w", redact(a.storeDSN()), err)
+			}
+			defer c.Close()
+			if err := c.Migrate(ctx); err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, map[string]any{"migrated": true, "dsn": redact(a.storeDSN())})
+			}
+			fmt.Fprintf(a.stdout, "migrated %s\n", redact(a.storeDSN()))
+			return nil
+		}),
+	}
+}
+
+func (a *app) streamsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "streams",
+		Short:   "List streams",
+		Example: "  rheo streams",
+		Args:    cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			streams, err := c.ListStreams(ctx)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				type streamJSON struct {
+					Name       string    `json:"name"`
+					Partitions int       `json:"partitions"`
+					CreatedAt  time.Time `json:"created_at"`
+				}
+				out := make([]streamJSON, len(streams))
+				for i, s := range streams {
+					out[i] = streamJSON{s.Name, s.Partitions, s.CreatedAt}
+				}
+				return writeJSON(a.stdout, out)
+			}
+			t := newTable(a.stdout, "STREAM", "PARTITIONS", "CREATED")
+			for _, s := range streams {
+				t.row(s.Name, s.Partitions, fmtTime(s.CreatedAt))
+			}
+			return t.flush()
+		}),
+	}
+}
+
+func (a *app) groupsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "groups STREAM",
+		Short:   "List a stream's consumer groups with their lag and health",
+		Example: "  rheo groups orders",
+		Args:    cobra.ExactArgs(1),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			names, err := c.ListGroups(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			infos := make([]rheo.GroupInfo, len(names))
+			for i, g := range names {
+				if infos[i], err = c.GroupInfo(ctx, args[0], g); err != nil {
+					return err
+				}
+			}
+			if a.jsonOut {
+				out := make([]groupInfoJSON, len(infos))
+				for i, info := range infos {
+					out[i] = toGroupInfoJSON(info)
+				}
+				return writeJSON(a.stdout, out)
+			}
+			t := newTable(a.stdout, "GROUP", "LAG", "INFLIGHT", "AVAILABLE", "DEAD", "OLDEST PENDING")
+			for _, info := range infos {
+				t.row(info.Group, info.Lag.Total, info.Inflight, info.Available, info.DeadLetters, fmtTime(info.OldestPending))
+			}
+			return t.flush()
+		}),
+	}
+}
+
+func (a *app) createStreamCommand() *cobra.Command {
+	var partitions int
+	cmd := &cobra.Command{
+		Use:     "create-stream STREAM",
+		Short:   "Create a stream",
+		Example: "  rheo create-stream orders --partitions 4",
+		Args:    cobra.ExactArgs(1),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.CreateStream(ctx, args[0], rheo.StreamConfig{Partitions: partitions}); err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, map[string]any{"stream": args[0], "partitions": max(partitions, 1)})
+			}
+			fmt.Fprintf(a.stdout, "created stream %s (%d partitions)\n", args[0], max(partitions, 1))
+			return nil
+		}),
+	}
+	cmd.Flags().IntVar(&partitions, "partitions", 1, "number of partitions (1-1024)")
+	return cmd
+}
+
+func (a *app) createGroupCommand() *cobra.Command {
+	var (
+		maxAttempts int
+		start       string
+		partitions  []int
+	)
+	cmd := &cobra.Command{
+		Use:   "create-group STREAM GROUP",
+		Short: "Create a consumer group on a stream",
+		Long: `Create a consumer group. --start says where it begins in the --partition
+scope (default all partitions): beginning (default), latest, a sequence number
+(the group's frontier starts there), or an RFC 3339 time.`,
+		Example: "  rheo create-group orders fulfillment\n  rheo create-group orders audit --start latest --max-attempts 3",
+		Args:    cobra.ExactArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			pos, err := parsePosition(start)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			cfg := rheo.GroupConfig{MaxAttempts: maxAttempts, Start: pos, Partitions: partitions}
+			if err := c.CreateGroup(ctx, args[0], args[1], cfg); err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, map[string]any{"stream": args[0], "group": args[1]})
+			}
+			fmt.Fprintf(a.stdout, "created group %s on stream %s\n", args[1], args[0])
+			return nil
+		}),
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&maxAttempts, "max-attempts", 0, "claims before a delivery is dead-lettered (default 5)")
+	fs.StringVar(&start, "start", "beginning", "beginning, latest, a sequence number, or an RFC 3339 time")
+	fs.IntSliceVar(&partitions, "partition", nil, "partitions --start applies to (repeatable; default all)")
+	return cmd
+}
+
+type partitionLagJSON struct {
+	Partition     int   `json:"partition"`
+	Frontier      int64 `json:"frontier"`
+	HighWatermark int64 `json:"high_watermark"`
+	Lag           int64 `json:"lag"`
+}
+
+type lagJSON struct {
+	Stream     string             `json:"stream"`
+	Group      string             `json:"group"`
+	Partitions []partitionLagJSON `json:"partitions"`
+	Total      int64              `json:"total"`
+}
+
+func toLagJSON(l rheo.Lag) lagJSON {
+	out := lagJSON{Stream: l.Stream, Group: l.Group, Total: l.Total, Partitions: []partitionLagJSON{}}
+	for _, p := range l.Partitions {
+		out.Partitions = append(out.Partitions, partitionLagJSON{p.Partition, p.Frontier, p.HighWatermark, p.Lag})
+	}
+	return out
+}
+
+type groupInfoJSON struct {
+	Stream        string     `json:"stream"`
+	Group         string     `json:"group"`
+	Lag           lagJSON    `json:"lag"`
+	Inflight      int64      `json:"inflight"`
+	Available     int64      `json:"available"`
+	DeadLetters   int64      `json:"dead_letters"`
+	OldestPending *time.Time `json:"oldest_pending"`
+}
+
+func toGroupInfoJSON(i rheo.GroupInfo) groupInfoJSON {
+	out := groupInfoJSON{Stream: i.Stream, Group: i.Group, Lag: toLagJSON(i.Lag),
+		Inflight: i.Inflight, Available: i.Available, DeadLetters: i.DeadLetters}
+	if !i.OldestPending.IsZero() {
+		t := i.OldestPending
+		out.OldestPending = &t
+	}
+	return out
+}
+
+func (a *app) lagCommand() *cobra.Command {
+	var partitions []int
+	cmd := &cobra.Command{
+		Use:   "lag STREAM GROUP",
+		Short: "Show a group's frontier, high watermark and lag per partition",
+		Long: `Show a group's honest progress per partition: the committed frontier (every
+sequence up to it is acked or dead-lettered), the high watermark, and lag =
+high watermark - frontier. A leased but unsettled event keeps counting.`,
+		Example: "  rheo lag orders fulfillment\n  rheo lag orders fulfillment --partition 0 --json",
+		Args:    cobra.ExactArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			lag, err := c.Lag(ctx, args[0], args[1], partitions...)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, toLagJSON(lag))
+			}
+			t := newTable(a.stdout, "PARTITION", "FRONTIER", "HIGH WATERMARK", "LAG")
+			for _, p := range lag.Partitions {
+				t.row(p.Partition, p.Frontier, p.HighWatermark, p.Lag)
+			}
+			t.row("total", "", "", lag.Total)
+			return t.flush()
+		}),
+	}
+	cmd.Flags().IntSliceVar(&partitions, "partition", nil, "only these partitions (repeatable)")
+	return cmd
+}
+
+func (a *app) infoCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info STREAM GROUP",
+		Short: "Summarise a group's health: lag, leases held, available, dead letters",
+		Long: `Summarise a group: total lag, inflight leases (including expired ones nobody
+reclaimed yet), deliveries available now or later, dead letters, and the
+timestamp of the oldest event not yet terminal for the group.`,
+		Example: "  rheo info orders fulfillment",
+		Args:    cobra.ExactArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			info, err := c.GroupInfo(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, toGroupInfoJSON(info))
+			}
+			t := newTable(a.stdout)
+			t.row("stream", info.Stream)
+			t.row("group", info.Group)
+			t.row("lag", info.Lag.Total)
+			t.row("inflight", info.Inflight)
+			t.row("available", info.Available)
+			t.row("dead letters", info.DeadLetters)
+			t.row("oldest pending", fmtTime(info.OldestPending))
+			return t.flush()
+		}),
+	}
+}
+
+func (a *app) deadLettersCommand() *cobra.Command {
+	var (
+		limit int
+		after string
+	)
+	cmd := &cobra.Command{
+		Use:     "dead-letters STREAM GROUP",
+		Short:   "List a group's dead letters",
+		Long:    "List the events a group gave up on, by (partition, sequence), with attempts and reason.",
+		Example: "  rheo dead-letters orders fulfillment\n  rheo dead-letters orders fulfillment --after EVENT_ID --limit 50",
+		Args:    cobra.ExactArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			dls, err := c.DeadLetters(ctx, args[0], args[1], rheo.DeadLetterOptions{Limit: limit, After: after})
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				type deadLetterJSON struct {
+					EventID        string    `json:"event_id"`
+					Partition      int       `json:"partition"`
+					Sequence       int64     `json:"sequence"`
+					Attempts       int       `json:"attempts"`
+					Reason         string    `json:"reason"`
+					DeadLetteredAt time.Time `json:"dead_lettered_at"`
+					Event          eventJSON `json:"event"`
+				}
+				out := make([]deadLetterJSON, len(dls))
+				for i, d := range dls {
+					out[i] = deadLetterJSON{d.EventID, d.Partition, d.Sequence, d.Attempts, d.Reason, d.DeadLetteredAt, toEventJSON(d.Event)}
+				}
+				return writeJSON(a.stdout, out)
+			}
+			t := newTable(a.stdout, "PARTITION", "SEQ", "EVENT ID", "ATTEMPTS", "DEAD-LETTERED", "REASON")
+			for _, d := range dls {
+				t.row(d.Partition, d.Sequence, d.EventID, d.Attempts, fmtTime(d.DeadLetteredAt), d.Reason)
+			}
+			return t.flush()
+		}),
+	}
+	cmd.Flags().IntVar(&limit, "limit", 100, "most dead letters to list (max 10000)")
+	cmd.Flags().StringVar(&after, "after", "", "continue after this dead letter's event ID")
+	return cmd
+}
+
+func (a *app) redriveCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "redrive STREAM GROUP [EVENT_ID...]",
+		Short: "Make dead letters available again (all, or the named ones)",
+		Long: `Make the group's dead letters available again with attempts reset: the named
+ones, or all of them when none are named. IDs that are not dead letters are
+ignored; the count says how many were reopened.`,
+		Example: "  rheo redrive orders fulfillment\n  rheo redrive orders fulfillment 0193a1b2-…",
+		Args:    cobra.MinimumNArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			n, err := c.Redrive(ctx, args[0], args[1], args[2:]...)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, map[string]any{"redriven": n})
+			}
+			fmt.Fprintf(a.stdout, "redrove %d dead letters of group %s\n", n, args[1])
+			return nil
+		}),
+	}
+}
+
+func (a *app) replayCommand() *cobra.Command {
+	var (
+		fromSeq    int64
+		fromTime   string
+		events     []string
+		partitions []int
+		q          = queryFlags{}
+	)
+	cmd := &cobra.Command{
+		Use:   "replay STREAM GROUP",
+		Short: "Reopen a group's deliveries so their events are delivered again",
+		Long: `Reopen a group's deliveries (acked, dead-lettered or leased: current holders'
+settles become stale) with attempts starting again from 0. Choose exactly one
+range: --from-seq N (every sequence above N), --from-time T (from the first
+event at or after T), --event ID (repeatable), or query filters (--type, --key,
+--meta, --field, --from, --to, --after-seq, --until-seq: every matching event).
+--partition restricts the scope. Events and other groups are never touched.`,
+		Example: "  rheo replay orders fulfillment --from-seq 0\n" +
+			"  rheo replay orders fulfillment --from-time 2026-01-02T00:00:00Z --partition 1\n" +
+			"  rheo replay orders fulfillment --type order_placed --field country=NL",
+		Args: cobra.ExactArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			fs := cmd.Flags()
+			var from rheo.Replay
+			modes := 0
+			if fs.Changed("from-seq") {
+				modes++
+				from = rheo.FromSequence(fromSeq)
+			}
+			if fromTime != "" {
+				modes++
+				t, err := parseTime("from-time", fromTime)
+				if err != nil {
+					return err
+				}
+				from = rheo.FromTime(t)
+			}
+			if len(events) > 0 {
+				modes++
+				from = rheo.Events(events...)
+			}
+			if q.set() {
+				modes++
+				query, err := q.build(args[0])
+				if err != nil {
+					return err
+				}
+				from = rheo.Matching(query)
+			}
+			if modes != 1 {
+				return usagef("replay needs exactly one range: --from-seq, --from-time, --event, or query filters")
+			}
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Replay(ctx, args[0], args[1], from, partitions...); err != nil {
+				return err
+			}
+			lag, err := c.Lag(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, map[string]any{"replayed": true, "lag": toLagJSON(lag)})
+			}
+			fmt.Fprintf(a.stdout, "replayed group %s on stream %s; lag now %d\n", args[1], args[0], lag.Total)
+			return nil
+		}),
+	}
+	fs := cmd.Flags()
+	fs.Int64Var(&fromSeq, "from-seq", 0, "reopen every sequence above this one")
+	fs.StringVar(&fromTime, "from-time", "", "reopen from the first event at or after this RFC 3339 time")
+	fs.StringArrayVar(&events, "event", nil, "reopen this event ID (repeatable)")
+	fs.IntSliceVar(&partitions, "partition", nil, "restrict the replay to these partitions (repeatable)")
+	q.register(fs)
+	return cmd
+}
+
+func (a *app) resetCommand() *cobra.Command {
+	var (
+		confirm    bool
+		start      string
+		partitions []int
+	)
+	cmd := &cobra.Command{
+		Use:   "reset STREAM GROUP --confirm",
+		Short: "Forget a group's progress and restart it (needs --confirm)",
+		Long: `Forget everything of the group in the --partition scope (deliveries, leases,
+dead letters) and restart it at --start: beginning (default), latest, a
+sequence number or an RFC 3339 time. It refuses to run without --confirm.`,
+		Example: "  rheo reset orders fulfillment --start latest --confirm",
+		Args:    cobra.ExactArgs(2),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if !confirm {
+				return usagef("reset forgets the progress, leases and dead letters of group %q on stream %q; nothing was changed — rerun with --confirm", args[1], args[0])
+			}
+			pos, err := parsePosition(start)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, err := a.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			opts := rheo.ResetOptions{Confirm: true, Start: pos, Partitions: partitions}
+			if err := c.ResetGroup(ctx, args[0], args[1], opts); err != nil {
+				return err
+			}
+			lag, err := c.Lag(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return writeJSON(a.stdout, map[string]any{"reset": true, "lag": toLagJSON(lag)})
+			}
+			fmt.Fprintf(a.stdout, "reset group %s on stream %s; lag now %d\n", args[1], args[0], lag.Total)
+			return nil
+		}),
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&confirm, "confirm", false, "really forget the group's progress")
+	fs.StringVar(&start, "start", "beginning", "beginning, latest, a sequence number, or an RFC 3339 time")
+	fs.IntSliceVar(&partitions, "partition", nil, "reset only these partitions (repeatable)")
+	return cmd
+}
