@@ -1,0 +1,600 @@
+package rheotest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+func runFetch(t *testing.T, f Factory) {
+	runCases(t, f, []testCase{
+		{"lease_carries_fencing_token_attempt_and_expiry", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10, ConsumerID: "c1", LeaseDuration: 7 * time.Second})
+			require.Len(t, ls, 1)
+			l := ls[0]
+			_, err := uuid.Parse(l.ID)
+			require.NoError(t, err, "lease ID is a UUID string")
+			require.NotEmpty(t, l.Receipt)
+			require.Equal(t, s, l.Stream)
+			require.Equal(t, g, l.Group)
+			require.Equal(t, "c1", l.ConsumerID)
+			require.Equal(t, 1, l.Attempt)
+			require.True(t, l.LeasedAt.Equal(Epoch), "LeasedAt %v", l.LeasedAt)
+			require.True(t, l.ExpiresAt.Equal(Epoch.Add(7*time.Second)), "ExpiresAt %v", l.ExpiresAt)
+			requireSameEvent(t, evs[0], l.Event)
+		}},
+		{"default_lease_duration_and_fetch_limit_come_from_options", func(t *testing.T, f Factory) {
+			e := newEnv(t, f, rheo.WithLeaseDuration(42*time.Second), rheo.WithFetchLimit(3))
+			s := e.stream(1)
+			e.appendN(s, 0, 5)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{})
+			require.Len(t, ls, 3)
+			require.True(t, ls[0].ExpiresAt.Equal(Epoch.Add(42*time.Second)))
+		}},
+		{"limit_is_filled_in_sequence_order", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 5)
+			g := e.group(s, rheo.GroupConfig{})
+			a := e.fetchN(s, g, 2)
+			require.Equal(t, []pos{{0, 1}, {0, 2}}, positions(a))
+			b := e.fetchN(s, g, 2)
+			require.Equal(t, []pos{{0, 3}, {0, 4}}, positions(b))
+			c := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
+			require.Equal(t, []pos{{0, 5}}, positions(c))
+			e.ack(append(append(a, b...), c...)...)
+			e.requireNone(s, g)
+		}},
+		{"leases_sorted_by_partition_then_sequence", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(3)
+			_, err := e.c.AppendBatch(e.ctx, s, []rheo.Message{msg(2, 1), msg(1, 1), msg(0, 1), msg(2, 2), msg(0, 2), msg(1, 2)})
+			require.NoError(t, err)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 100})
+			require.Equal(t, []pos{{0, 1}, {0, 2}, {1, 1}, {1, 2}, {2, 1}, {2, 2}}, positions(ls))
+		}},
+		{"a_big_backlog_does_not_starve_another_partition", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 50)
+			e.appendN(s, 1, 3)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
+			requireSorted(t, ls)
+			var p0, p1 []int64
+			for _, l := range ls {
+				if l.Event.Partition == 0 {
+					p0 = append(p0, l.Event.Sequence)
+				} else {
+					p1 = append(p1, l.Event.Sequence)
+				}
+			}
+			require.Equal(t, []int64{1, 2, 3}, p1, "partition 1 gets its whole (small) share: %s", leaseList(ls))
+			require.GreaterOrEqual(t, len(p0), 5, "partition 0 gets at least its fair share")
+			for i, sq := range p0 {
+				require.Equal(t, int64(i+1), sq, "partition 0 claims in sequence order")
+			}
+		}},
+		{"fairness_holds_for_many_partitions_and_small_limits", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(4)
+			e.appendN(s, 0, 40)
+			e.appendN(s, 3, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			seen := map[int]int{}
+			for range 2 {
+				for _, l := range e.fetch(s, g, rheo.FetchOptions{Limit: 2}) {
+					seen[l.Event.Partition]++
+				}
+			}
+			require.Equal(t, 2, seen[3], "two fetches of 2 must reach partition 3 despite partition 0's backlog: %v", seen)
+		}},
+		{"fetch_partitions_restricts_the_claim", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(3)
+			for p := range 3 {
+				e.appendN(s, p, 2)
+			}
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 100, Partitions: []int{1}})
+			require.Equal(t, []pos{{1, 1}, {1, 2}}, positions(ls))
+			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 100, Partitions: []int{2, 0}})
+			require.Equal(t, []pos{{0, 1}, {0, 2}, {2, 1}, {2, 2}}, positions(ls))
+		}},
+		{"empty_stream_fetches_nothing", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			g := e.group(s, rheo.GroupConfig{})
+			e.requireNone(s, g)
+		}},
+		{"held_lease_is_not_claimable_until_it_expires", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			first := e.fetch(s, g, rheo.FetchOptions{Limit: 1, ConsumerID: "c1", LeaseDuration: time.Second})
+			require.Len(t, first, 1)
+			e.requireNone(s, g)
+			e.clk.Set(first[0].ExpiresAt.Add(-time.Microsecond))
+			e.requireNone(s, g)
+			e.clk.Set(first[0].ExpiresAt) // expired when now >= ExpiresAt
+			again := e.fetch(s, g, rheo.FetchOptions{Limit: 1, ConsumerID: "c2", LeaseDuration: 10 * time.Second})
+			require.Len(t, again, 1)
+			require.Equal(t, first[0].Event.ID, again[0].Event.ID)
+			require.Equal(t, 2, again[0].Attempt)
+			require.NotEqual(t, first[0].ID, again[0].ID, "a reclaim gets a fresh lease ID")
+			require.Equal(t, "c2", again[0].ConsumerID)
+			require.True(t, again[0].ExpiresAt.Equal(first[0].ExpiresAt.Add(10*time.Second)))
+		}},
+		{"reclaim_comes_before_later_events_of_the_partition", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			e.fetchN(s, g, 1)
+			e.appendN(s, 0, 2)
+			e.clk.Advance(time.Hour)
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 2})
+			require.Equal(t, []pos{{0, 1}, {0, 2}}, positions(ls))
+			require.Equal(t, []int{2, 1}, []int{ls[0].Attempt, ls[1].Attempt})
+		}},
+		{"two_groups_each_see_every_event", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 3)
+			risk := e.group(s, rheo.GroupConfig{})
+			audit := e.group(s, rheo.GroupConfig{})
+			a := e.fetchN(s, risk, 3)
+			e.ack(a...)
+			e.requireNone(s, risk)
+			b := e.fetch(s, audit, rheo.FetchOptions{Limit: 10})
+			require.Len(t, b, 3)
+			for i, l := range b {
+				require.Equal(t, 1, l.Attempt)
+				requireSameEvent(t, evs[i], l.Event)
+			}
+			e.requireNone(s, audit)
+			e.ack(b...)
+			e.requireLag(s, audit, 0, 3, 3)
+		}},
+		{"consumption_never_changes_events", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 3)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			ls := e.fetchN(s, g, 3)
+			e.ack(ls[0])
+			require.NoError(t, e.c.Nack(e.ctx, ls[1], "x"))
+			require.NoError(t, e.c.Reject(e.ctx, ls[2], "y"))
+			requireSameEvents(t, evs, e.readAll(s, 0))
+			got, err := e.c.Query(e.ctx, rheo.Query{Stream: s, Type: "test"})
+			require.NoError(t, err)
+			requireSameEvents(t, evs, got)
+		}},
+	})
+}
+
+func runSettle(t *testing.T, f Factory) {
+	// stolen sets up a lease that expired and was reclaimed by another
+	// consumer: old is stale, fresh is current.
+	stolen := func(t *testing.T, f Factory) (e *env, s, g string, old, fresh rheo.Lease) {
+		e = newEnv(t, f)
+		s = e.stream(1)
+		e.appendN(s, 0, 1)
+		g = e.group(s, rheo.GroupConfig{})
+		a := e.fetch(s, g, rheo.FetchOptions{Limit: 1, ConsumerID: "old", LeaseDuration: 50 * time.Millisecond})
+		require.Len(t, a, 1)
+		e.clk.Advance(100 * time.Millisecond)
+		b := e.fetch(s, g, rheo.FetchOptions{Limit: 1, ConsumerID: "new", LeaseDuration: time.Minute})
+		require.Len(t, b, 1)
+		require.Equal(t, a[0].Event.ID, b[0].Event.ID)
+		return e, s, g, a[0], b[0]
+	}
+	runCases(t, f, []testCase{
+		{"ack_settles_and_nothing_is_left", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			e.ack(e.fetchN(s, g, 1)...)
+			e.requireNone(s, g)
+			e.clk.Advance(24 * time.Hour)
+			e.requireNone(s, g)
+			e.requireLag(s, g, 0, 1, 1)
+		}},
+		{"second_ack_of_one_lease_is_stale", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			e.ack(l)
+			require.ErrorIs(t, e.c.Ack(e.ctx, l), rheo.ErrStaleLease)
+			require.Equal(t, rheo.Lost, rheo.Classify(e.c.Ack(e.ctx, l)))
+		}},
+		{"stale_ack_after_reclaim", func(t *testing.T, f Factory) {
+			e, s, g, old, fresh := stolen(t, f)
+			before := e.snapshot()
+			require.ErrorIs(t, e.c.Ack(e.ctx, old), rheo.ErrStaleLease)
+			require.Equal(t, before, e.snapshot(), "a stale ack writes nothing")
+			e.ack(fresh)
+			e.requireLag(s, g, 0, 1, 1)
+		}},
+		{"stale_nack_after_reclaim", func(t *testing.T, f Factory) {
+			e, s, g, old, fresh := stolen(t, f)
+			require.ErrorIs(t, e.c.Nack(e.ctx, old, "retry"), rheo.ErrStaleLease)
+			e.requireNone(s, g) // the stale nack did not release the event
+			e.ack(fresh)
+		}},
+		{"stale_reject_after_reclaim", func(t *testing.T, f Factory) {
+			e, s, g, old, fresh := stolen(t, f)
+			require.ErrorIs(t, e.c.Reject(e.ctx, old, "bad"), rheo.ErrStaleLease)
+			require.Empty(t, e.deadLetters(s, g))
+			e.ack(fresh)
+		}},
+		{"stale_renew_after_reclaim", func(t *testing.T, f Factory) {
+			e, _, _, old, fresh := stolen(t, f)
+			_, err := e.c.Renew(e.ctx, old, time.Hour)
+			require.ErrorIs(t, err, rheo.ErrStaleLease)
+			e.ack(fresh)
+		}},
+		{"stale_batch_ack_reports_per_lease", func(t *testing.T, f Factory) {
+			e, s, g, old, fresh := stolen(t, f)
+			e.appendN(s, 0, 1)
+			other := e.fetchN(s, g, 1)[0]
+			err := e.c.AckBatch(e.ctx, []rheo.Lease{other, old, fresh})
+			var be *rheo.BatchError
+			require.ErrorAs(t, err, &be)
+			require.Len(t, be.Errs, 3)
+			require.NoError(t, be.Errs[0])
+			require.ErrorIs(t, be.Errs[1], rheo.ErrStaleLease)
+			require.NoError(t, be.Errs[2])
+			require.ErrorIs(t, err, rheo.ErrStaleLease)
+			e.requireLag(s, g, 0, 2, 2)
+		}},
+		{"ack_batch_of_current_leases_returns_nil", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 3)
+			e.appendN(s, 1, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			require.NoError(t, e.c.AckBatch(e.ctx, e.fetchN(s, g, 5)))
+			require.Equal(t, int64(0), e.lag(s, g).Total)
+			e.requireNone(s, g)
+		}},
+		{"expired_but_unreclaimed_lease_can_still_ack", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})[0]
+			e.clk.Advance(time.Hour)
+			e.ack(l)
+			e.requireNone(s, g)
+			e.requireLag(s, g, 0, 1, 1)
+		}},
+		{"expired_but_unreclaimed_lease_can_still_renew", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})[0]
+			now := e.clk.Advance(time.Minute)
+			r, err := e.c.Renew(e.ctx, l, time.Minute)
+			require.NoError(t, err)
+			require.True(t, r.ExpiresAt.Equal(now.Add(time.Minute)))
+			e.requireNone(s, g)
+			e.ack(r)
+		}},
+		{"renew_moves_expiry_and_keeps_the_lease", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: 200 * time.Millisecond})[0]
+			e.clk.Advance(100 * time.Millisecond)
+			r, err := e.c.Renew(e.ctx, l, 5*time.Second)
+			require.NoError(t, err)
+			require.Equal(t, l.ID, r.ID)
+			require.Equal(t, l.Attempt, r.Attempt)
+			require.True(t, r.ExpiresAt.Equal(Epoch.Add(100*time.Millisecond+5*time.Second)), "ExpiresAt %v", r.ExpiresAt)
+			e.clk.Advance(300 * time.Millisecond) // past the original expiry
+			e.requireNone(s, g)
+			require.Equal(t, int64(1), e.info(s, g).Inflight)
+			e.ack(r)
+			e.requireNone(s, g)
+		}},
+		{"renewed_lease_expires_at_its_new_time", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})[0]
+			r, err := e.c.Renew(e.ctx, l, 10*time.Second)
+			require.NoError(t, err)
+			e.clk.Set(r.ExpiresAt)
+			ls := e.fetchN(s, g, 1)
+			require.Equal(t, 2, ls[0].Attempt)
+			require.ErrorIs(t, e.c.Ack(e.ctx, r), rheo.ErrStaleLease)
+		}},
+		{"renew_zero_uses_default_lease_duration", func(t *testing.T, f Factory) {
+			e := newEnv(t, f, rheo.WithLeaseDuration(9*time.Second))
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})[0]
+			r, err := e.c.Renew(e.ctx, l, 0)
+			require.NoError(t, err)
+			require.True(t, r.ExpiresAt.Equal(Epoch.Add(9*time.Second)))
+		}},
+		{"renew_after_ack_is_stale", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			e.ack(l)
+			_, err := e.c.Renew(e.ctx, l, time.Minute)
+			require.ErrorIs(t, err, rheo.ErrStaleLease)
+		}},
+		{"settle_after_nack_is_stale", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			require.NoError(t, e.c.Nack(e.ctx, l, "later"))
+			require.ErrorIs(t, e.c.Ack(e.ctx, l), rheo.ErrStaleLease)
+			require.ErrorIs(t, e.c.Nack(e.ctx, l, "again"), rheo.ErrStaleLease)
+			require.ErrorIs(t, e.c.Reject(e.ctx, l, "no"), rheo.ErrStaleLease)
+		}},
+		{"forged_lease_id_is_stale", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			forged := l
+			forged.ID = uuid.NewString()
+			if l.Receipt == l.ID {
+				forged.Receipt = forged.ID
+			}
+			err := e.c.Ack(e.ctx, forged)
+			require.True(t, errors.Is(err, rheo.ErrStaleLease) || errors.Is(err, rheo.ErrReceiptMismatch), "forged lease: %v", err)
+			e.ack(l)
+		}},
+		{"tampered_receipt_is_refused_and_the_genuine_lease_still_settles", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			for _, receipt := range []string{l.Receipt[:len(l.Receipt)/2], l.Receipt + "x", "1-1", uuid.NewString()} {
+				bad := l
+				bad.Receipt = receipt
+				requireReceiptRefused(t, l, e.c.Ack(e.ctx, bad))
+				requireReceiptRefused(t, l, e.c.Reject(e.ctx, bad, "x"))
+				_, err := e.c.Renew(e.ctx, bad, time.Hour)
+				requireReceiptRefused(t, l, err)
+			}
+			require.Empty(t, e.deadLetters(s, g))
+			e.ack(l)
+		}},
+		{"ack_in_one_group_does_not_settle_another", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			risk := e.group(s, rheo.GroupConfig{})
+			surv := e.group(s, rheo.GroupConfig{})
+			a := e.fetchN(s, risk, 1)[0]
+			b := e.fetchN(s, surv, 1)[0]
+			e.ack(a)
+			e.requireLag(s, surv, 0, 0, 1)
+			e.requireNone(s, surv)
+			e.ack(b)
+			crossed := a
+			crossed.Group = surv
+			require.ErrorIs(t, e.c.Ack(e.ctx, crossed), rheo.ErrStaleLease, "a lease of one group never settles another")
+		}},
+	})
+}
+
+// requireReceiptRefused checks a settle with a wrong receipt failed as the
+// package documentation says: ErrReceiptMismatch for native receipts, either
+// that or ErrStaleLease when the receipt is the lease ID.
+func requireReceiptRefused(t *testing.T, genuine rheo.Lease, err error) {
+	t.Helper()
+	if genuine.Receipt != genuine.ID {
+		require.ErrorIs(t, err, rheo.ErrReceiptMismatch)
+		return
+	}
+	require.True(t, errors.Is(err, rheo.ErrReceiptMismatch) || errors.Is(err, rheo.ErrStaleLease),
+		"wrong receipt must be refused with ErrReceiptMismatch or ErrStaleLease, got %v", err)
+}
+
+func runRetry(t *testing.T, f Factory) {
+	runCases(t, f, []testCase{
+		{"nack_redelivers_with_attempt_2", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 5})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, ConsumerID: "c1"})[0]
+			require.NoError(t, e.c.Nack(e.ctx, l, "transient"))
+			again := e.fetch(s, g, rheo.FetchOptions{Limit: 1, ConsumerID: "c2"})
+			require.Len(t, again, 1)
+			require.Equal(t, l.Event.ID, again[0].Event.ID)
+			require.Equal(t, 2, again[0].Attempt)
+			require.NotEqual(t, l.ID, again[0].ID)
+			e.requireLag(s, g, 0, 0, 1)
+			require.NoError(t, e.c.Reject(e.ctx, again[0], "give up"))
+			e.requireNone(s, g)
+		}},
+		{"nack_at_max_attempts_dead_letters_with_reason", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 3})
+			for round := 1; round <= 3; round++ {
+				ls := e.fetchN(s, g, 1)
+				require.Equal(t, round, ls[0].Attempt)
+				e.clk.Advance(time.Second)
+				require.NoError(t, e.c.Nack(e.ctx, ls[0], "boom"))
+			}
+			e.requireNone(s, g)
+			dls := e.deadLetters(s, g)
+			require.Len(t, dls, 1)
+			require.Equal(t, evs[0].ID, dls[0].EventID)
+			require.Equal(t, "max_attempts: boom", dls[0].Reason)
+			require.Equal(t, 3, dls[0].Attempts)
+			require.Equal(t, 0, dls[0].Partition)
+			require.Equal(t, int64(1), dls[0].Sequence)
+			require.True(t, dls[0].DeadLetteredAt.Equal(Epoch.Add(3*time.Second)), "DeadLetteredAt %v", dls[0].DeadLetteredAt)
+			requireSameEvent(t, evs[0], dls[0].Event)
+			e.requireLag(s, g, 0, 1, 1)
+		}},
+		{"max_attempts_1_first_nack_dead_letters", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			require.NoError(t, e.c.Nack(e.ctx, e.fetchN(s, g, 1)[0], "nope"))
+			e.requireNone(s, g)
+			require.Equal(t, "max_attempts: nope", e.deadLetters(s, g)[0].Reason)
+		}},
+		{"group_default_max_attempts_comes_from_the_client", func(t *testing.T, f Factory) {
+			e := newEnv(t, f, rheo.WithMaxAttempts(2))
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			require.NoError(t, e.c.Nack(e.ctx, e.fetchN(s, g, 1)[0], "a"))
+			require.NoError(t, e.c.Nack(e.ctx, e.fetchN(s, g, 1)[0], "b"))
+			e.requireNone(s, g)
+			require.Equal(t, "max_attempts: b", e.deadLetters(s, g)[0].Reason)
+		}},
+		{"nack_delay_holds_the_delivery_until_due", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			e.clk.Advance(time.Second)
+			require.NoError(t, e.c.Nack(e.ctx, l, "later", rheo.Delay(10*time.Second)))
+			e.requireNone(s, g)
+			e.clk.Set(Epoch.Add(11*time.Second - time.Microsecond))
+			e.requireNone(s, g)
+			require.Equal(t, int64(1), e.info(s, g).Available, "a delayed delivery counts as available")
+			e.clk.Set(Epoch.Add(11 * time.Second))
+			ls := e.fetchN(s, g, 1)
+			require.Equal(t, 2, ls[0].Attempt)
+		}},
+		{"delayed_nack_does_not_block_later_events", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 3)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			require.NoError(t, e.c.Nack(e.ctx, l, "later", rheo.Delay(time.Minute)))
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
+			require.Equal(t, []pos{{0, 2}, {0, 3}}, positions(ls))
+			e.ack(ls...)
+			e.requireLag(s, g, 0, 0, 3)
+			e.clk.Advance(time.Minute)
+			e.ack(e.fetchN(s, g, 1)...)
+			e.requireLag(s, g, 0, 3, 3)
+		}},
+		{"nack_without_delay_is_claimable_at_once", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			require.NoError(t, e.c.Nack(e.ctx, e.fetchN(s, g, 1)[0], "x", rheo.Delay(0)))
+			require.Len(t, e.fetch(s, g, rheo.FetchOptions{}), 1)
+		}},
+		{"reject_dead_letters_at_once_with_reason_verbatim", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 5})
+			ls := e.fetchN(s, g, 2)
+			require.NoError(t, e.c.Reject(e.ctx, ls[0], "schema: missing field \"amount\""))
+			dls := e.deadLetters(s, g)
+			require.Len(t, dls, 1)
+			require.Equal(t, "schema: missing field \"amount\"", dls[0].Reason)
+			require.Equal(t, 1, dls[0].Attempts)
+			e.ack(ls[1])
+			e.requireNone(s, g)
+			e.requireLag(s, g, 0, 2, 2)
+		}},
+		{"reject_is_isolated_to_its_group", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g1 := e.group(s, rheo.GroupConfig{})
+			g2 := e.group(s, rheo.GroupConfig{})
+			require.NoError(t, e.c.Reject(e.ctx, e.fetchN(s, g1, 1)[0], "bad"))
+			require.Len(t, e.deadLetters(s, g1), 1)
+			require.Empty(t, e.deadLetters(s, g2))
+			require.Equal(t, int64(0), e.info(s, g2).DeadLetters)
+			e.ack(e.fetchN(s, g2, 1)...)
+			e.requireLag(s, g2, 0, 1, 1)
+		}},
+		{"poison_expiry_at_the_limit_dead_letters_instead_of_redelivering", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 2})
+			first := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})
+			require.Equal(t, 1, first[0].Attempt)
+			e.clk.Advance(time.Second)
+			second := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})
+			require.Len(t, second, 1)
+			require.Equal(t, evs[0].ID, second[0].Event.ID)
+			require.Equal(t, 2, second[0].Attempt, "an expiry below the limit redelivers")
+			e.clk.Advance(time.Second)
+			third := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
+			require.Equal(t, []pos{{0, 2}}, positions(third), "the poison event is not redelivered")
+			dls := e.deadLetters(s, g)
+			require.Len(t, dls, 1)
+			require.Equal(t, evs[0].ID, dls[0].EventID)
+			require.Equal(t, "max_attempts: lease expired", dls[0].Reason)
+			require.Equal(t, 2, dls[0].Attempts)
+			require.ErrorIs(t, e.c.Ack(e.ctx, second[0]), rheo.ErrStaleLease, "the expired holder lost it")
+			e.ack(third...)
+			e.requireLag(s, g, 0, 2, 2)
+		}},
+		{"poison_expiry_with_max_attempts_1", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})
+			e.clk.Advance(time.Second)
+			e.requireNone(s, g)
+			require.Equal(t, int64(1), e.info(s, g).DeadLetters)
+			e.requireLag(s, g, 0, 1, 1)
+		}},
+		{"unexpired_lease_at_the_limit_still_settles", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Minute})[0]
+			e.clk.Advance(30 * time.Second)
+			e.requireNone(s, g)
+			e.ack(l)
+			require.Empty(t, e.deadLetters(s, g))
+		}},
+	})
+}
