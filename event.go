@@ -119,6 +119,20 @@ func (c *Client) Append(ctx context.Context, stream string, m Message) (Event, e
 // input order. A message whose ID the stream already holds writes nothing and
 // returns the stored event (idempotent producers).
 func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) ([]Event, error) {
+	evs, err := c.PrepareAppend(ctx, stream, ms)
+	if err != nil || len(evs) == 0 {
+		return evs, err
+	}
+	return c.b.Append(ctx, stream, evs)
+}
+
+// PrepareAppend validates messages exactly as AppendBatch does and returns
+// the events AppendBatch would hand to the backend (IDs generated, partitions
+// routed, payloads compacted, timestamps set), without storing anything.
+// Backends that append inside a caller's transaction (the transactional
+// outbox) use it so that their events are indistinguishable from
+// AppendBatch's.
+func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message) ([]Event, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -157,7 +171,7 @@ func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) (
 		}
 		evs[i] = e
 	}
-	return c.b.Append(ctx, stream, evs)
+	return evs, nil
 }
 
 func (c *Client) prepare(stream string, n int, m *Message, now time.Time) (Event, error) {
