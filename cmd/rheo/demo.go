@@ -180,10 +180,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 
 	d.inProcess = strings.HasPrefix(d.dsn, "memory:")
 	if d.inProcess {
-		d.note("memory: keeps its state inside one process, so a second process could never see")
-		d.note("worker A's lease. A crash demo needs a store shared between processes (sqlite:PATH,")
-		d.note("postgres://, redis://); this runs the in-process version: worker A abandons its")
-		d.note("lease and a frozen clock jumps past its expiry.")
+		d.note("memory: lives inside one process, but a crash demo needs a store shared between processes")
+		d.note("(sqlite:PATH, postgres://, redis://) so that another process can take a dead worker's lease.")
+		d.note("Running the in-process version instead: worker A abandons its lease; a frozen clock jumps past expiry.")
 		d.frozen = clock.NewFrozen(time.Now())
 		d.c, err = d.a.openDSN(ctx, d.dsn, rheo.WithClock(d.frozen), rheo.WithLeaseDuration(d.lease))
 	} else {

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+// demoSteps is the demo's timeline: step number and verb of every line.
+var demoSteps = []string{"append", "group", "worker A", "fetch", "kill", "lag", "expire", "worker B",
+	"stale ack", "lag", "read", "query"}
+
+var timelineLine = regexp.MustCompile(`^t(\d+)\s+(\S+(?: [AB]|\sack)?)\s{2,}(.*)$`)
+
+// timeline returns the verbs of the demo's timeline lines, in order, and
+// their texts.
+func timeline(t *testing.T, out string) (verbs, texts []string) {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		m := timelineLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		require.Equal(t, len(verbs), atoi(t, m[1]), "steps are numbered in order: %q", l)
+		verbs = append(verbs, m[2])
+		texts = append(texts, m[3])
+	}
+	return verbs, texts
+}
+
+func atoi(t *testing.T, s string) int {
+	n := 0
+	for _, r := range s {
+		require.True(t, r >= '0' && r <= '9')
+		n = n*10 + int(r-'0')
+	}
+	return n
+}
+
+func TestDemoInProcessOnMemory(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--dsn", "memory:"}, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.Contains(t, out.String(), "a crash demo needs a store shared between processes")
+
+	verbs, texts := timeline(t, out.String())
+	want := slices.Clone(demoSteps)
+	want[4] = "abandon"
+	require.Equal(t, want, verbs, out.String())
+	require.Equal(t, "5 events to orders (seq 1..5)", texts[0])
+	require.Regexp(t, `^A leased order-1001 \(seq 1\) under L1=\w{8}, attempt 1, expires in 2s$`, texts[3])
+	require.Regexp(t, `^5: order-1001 still counts`, texts[5])
+	require.Regexp(t, `^frozen clock moved 2s`, texts[6])
+	require.Regexp(t, `^in-process B leased order-1001 under L2=\w{8}, attempt 2, and acked it`, texts[7])
+	require.Regexp(t, `-> stale_lease`, texts[8])
+	require.Regexp(t, `^0: every event acked`, texts[9])
+	require.Regexp(t, `^order-1001 read back unchanged`, texts[10])
+	require.Regexp(t, `^type=order_placed country=NL -> seq 2, 4; all 5 events still in the log$`, texts[11])
+	require.Regexp(t, `(?m)^ok: every fact held in \d+\.\ds\.`, out.String())
+}
+
+func TestDemoFailsLoudlyWhenAnAckIsLost(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--dsn", "memory:", "--fault", "skip-ack"}, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, exitError, code)
+	require.Equal(t, "rheo: demo failed at t9 (lag): after worker B's acks, lag is 5 with 5 leases inflight; "+
+		"want 0 and 0: the store did not record the acks\n", errOut.String())
+	require.NotContains(t, out.String(), "ok: every fact held")
+}
+
+func TestDemoRejectsUnknownFault(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.fails(exitUsage, `unknown fault "nosuch"`, "demo", "--fault", "nosuch")
+	c.fails(exitUsage, "--lease", "demo", "--lease", "0s")
+}
+
+func TestDemoWorkerAcksALeaseFromStdin(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("create-stream", "orders")
+	c.ok("append", "orders", "{}")
+	c.ok("create-group", "orders", "fulfillment")
+	out := c.ok("demo-worker", "--mode", "fetch-and-ack", "--consumer", "w")
+	var rep workerBReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Leases, 1)
+	require.Equal(t, 1, rep.Acked)
+
+	in, err := json.Marshal(toLeaseJSON(rep.Leases[0].lease()))
+	require.NoError(t, err)
+	out = c.okStdin(string(in), "demo-worker", "--mode", "ack")
+	require.Contains(t, out, `"result":"stale_lease"`, "a second ack of one lease is stale")
+	c.fails(exitUsage, `unknown mode "dance"`, "demo-worker", "--mode", "dance")
+}
+
+// buildRheo builds the command into a temporary directory, so that the
+// demo's worker processes exist.
+func buildRheo(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rheo")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+func requireSQLite(t *testing.T) {
+	t.Helper()
+	if !slices.Contains(rheo.Schemes(), "sqlite") {
+		t.Skip("the sqlite backend is not built into the command")
+	}
+}
+
+// TestDemoKillsARealWorkerProcess runs the demo as a user does: the built
+// binary on a fresh SQLite file, with worker processes it starts and kills.
+func TestDemoKillsARealWorkerProcess(t *testing.T) {
+	requireSQLite(t)
+	bin := buildRheo(t)
+
+	t.Run("timeline", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "demo")
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+
+		verbs, texts := timeline(t, out.String())
+		require.Equal(t, demoSteps, verbs, out.String())
+		require.Regexp(t, `^rheo demo on sqlite:\S+demo\.db, lease 2s`, out.String())
+		require.Regexp(t, `^started as process \d+ \(rheo demo-worker --mode fetch-and-hang\)$`, texts[2])
+		require.Regexp(t, `^A leased order-1001 \(seq 1\) under L1=\w{8}, attempt 1, expires in 2s$`, texts[3])
+		require.Regexp(t, `^SIGKILL worker A \(pid \d+\) before it acked: signal: killed$`, texts[4])
+		require.Regexp(t, `^5: order-1001 still counts \(L1 is held by a dead worker; 1 lease inflight\)$`, texts[5])
+		require.Regexp(t, `^waited \d\.\ds of real time: L1 expired at`, texts[6])
+		require.Regexp(t, `^process \d+ leased order-1001 under L2=\w{8}, attempt 2, and acked it \(with 4 newer events\)$`, texts[7])
+		require.Regexp(t, `^resurrected A acks order-1001 with L1=\w{8} -> stale_lease`, texts[8])
+		require.Regexp(t, `^0: every event acked`, texts[9])
+		require.Regexp(t, `^order-1001 read back unchanged after 2 deliveries: \{.*"order_id":"order-1001"`, texts[10])
+		require.Regexp(t, `^type=order_placed country=NL -> seq 2, 4; all 5 events still in the log$`, texts[11])
+		require.Regexp(t, `(?m)^ok: every fact held in \d+\.\ds\.`, out.String())
+		require.Empty(t, errOut.String())
+	})
+
+	t.Run("lost ack", func(t *testing.T) {
+		t.Parallel()
+		cmd := exec.Command(bin, "demo", "--fault", "skip-ack")
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "stdout:\n%s", out.String())
+		require.Equal(t, exitError, exit.ExitCode())
+		require.Equal(t, "rheo: demo failed at t9 (lag): after worker B's acks, lag is 5 with 5 leases inflight; "+
+			"want 0 and 0: the store did not record the acks\n", errOut.String())
+		verbs, _ := timeline(t, out.String())
+		require.Equal(t, demoSteps[:9], verbs, "the demo stops at the broken fact")
+	})
+
+	t.Run("worker B too early", func(t *testing.T) {
+		t.Parallel()
+		cmd := exec.Command(bin, "demo", "--fault", "early-b")
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "stdout:\n%s", out.String())
+		require.Equal(t, exitError, exit.ExitCode())
+		require.Contains(t, errOut.String(), "rheo: demo failed at t7 (worker B): worker B did not get order-1001 (it got 4 other events)")
+	})
+}
