@@ -223,14 +223,21 @@ func (r *run) dispatch(leases []Lease) {
 	}
 }
 
-// release forgets a job: its lease is settled, lost or left to expire.
-func (r *run) release(j *job) {
+// release forgets jobs: their leases are settled, lost or left to expire.
+func (r *run) release(jobs ...*job) {
+	if len(jobs) == 0 {
+		return
+	}
 	r.mu.Lock()
-	if r.inflight[j.id] == j {
-		delete(r.inflight, j.id)
+	for _, j := range jobs {
+		if r.inflight[j.id] == j {
+			delete(r.inflight, j.id)
+		}
 	}
 	r.mu.Unlock()
-	j.cancel(nil)
+	for _, j := range jobs {
+		j.cancel(nil)
+	}
 	select {
 	case r.slotFreed <- struct{}{}:
 	default:

@@ -18,13 +18,20 @@ type settleReq struct {
 	delay  time.Duration
 }
 
-// settleLoop settles leases in batches, group-commit style: whatever queued
-// up while the previous batch was at the backend goes out together in the
-// next one. An idle consumer thus settles at once, and a busy one coalesces
-// its acks without a timer. It returns once the channel is closed and every
-// request (follow-up nacks included) has been sent.
+// settleLinger is the longest a settle waits for others to share its
+// backend call.
+const settleLinger = time.Millisecond
+
+// settleLoop settles leases in batches. A batch goes out as soon as it holds
+// a settle for every lease the consumer holds (nothing else could join it),
+// or after settleLinger: an idle consumer settles at once, and a busy one
+// coalesces its acks into few backend calls, which in turn frees its slots
+// in groups, so that fetches claim in groups too. It returns once the
+// channel is closed and every request (follow-up nacks included) was sent.
 func (r *run) settleLoop() {
 	var batch []settleReq
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	open := true
 	for open || len(batch) > 0 {
 		if len(batch) == 0 {
@@ -34,18 +41,40 @@ func (r *run) settleLoop() {
 			}
 			batch = append(batch, req)
 		}
-	more:
+		lingering := false
+	collect:
 		for open && len(batch) < maxSettleBatch {
 			select {
 			case req, ok := <-r.settles:
 				if !ok {
 					open = false
-					break more
+					break collect
 				}
 				batch = append(batch, req)
+				continue
 			default:
-				break more
 			}
+			if len(batch) >= r.count() {
+				break // every held lease is in the batch
+			}
+			if !lingering {
+				lingering = true
+				linger.Reset(settleLinger)
+			}
+			select {
+			case req, ok := <-r.settles:
+				if !ok {
+					open = false
+					break collect
+				}
+				batch = append(batch, req)
+			case <-linger.C:
+				lingering = false
+				break collect
+			}
+		}
+		if lingering {
+			linger.Stop()
 		}
 		batch = r.flush(batch)
 	}
@@ -87,6 +116,8 @@ func (r *run) flush(batch []settleReq) []settleReq {
 	}
 
 	var next []settleReq
+	done := make([]*job, 0, len(batch))
+	defer func() { r.release(done...) }()
 	for i, b := range batch {
 		err := errs[i]
 		ev := ConsumerEvent{Lease: b.lease, Reason: b.reason, Err: err}
@@ -100,7 +131,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		}
 		r.observe(ev)
 		if err == nil {
-			r.release(b.j)
+			done = append(done, b.j)
 			continue
 		}
 		log := r.log.With("event_id", b.lease.Event.ID, "partition", b.lease.Event.Partition,
@@ -111,7 +142,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			// too and would only add noise.
 			log.Warn("lease lost before it settled")
 			r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: b.lease, Err: err})
-			r.release(b.j)
+			done = append(done, b.j)
 		case Failed:
 			if b.kind == SettleAck {
 				log.Warn("ack failed; nacking")
@@ -119,12 +150,12 @@ func (r *run) flush(batch []settleReq) []settleReq {
 				continue
 			}
 			log.Warn("settle failed; leaving the lease to expire")
-			r.release(b.j)
+			done = append(done, b.j)
 		default:
 			// Unavailable or ambiguous: the settle may be durable. Fencing
 			// keeps a late duplicate harmless; expiry redelivers otherwise.
 			log.Warn("settle outcome unknown; leaving the lease to expire")
-			r.release(b.j)
+			done = append(done, b.j)
 		}
 	}
 	return next
