@@ -98,7 +98,7 @@ func newRun(k *Consumer, ctx context.Context) *run {
 }
 
 func (r *run) run(ctx context.Context) error {
-	r.log.Info("consumer started", "concurrency", r.cfg.Concurrency, "max_inflight", r.cfg.MaxInflight,
+	r.log.Debug("consumer started", "concurrency", r.cfg.Concurrency, "max_inflight", r.cfg.MaxInflight,
 		"lease", r.cfg.LeaseDuration)
 	var workers sync.WaitGroup
 	for range min(r.cfg.Concurrency, r.cfg.MaxInflight) {
@@ -118,7 +118,7 @@ func (r *run) run(ctx context.Context) error {
 	close(r.stopNow)
 	renewer.Wait()
 	r.hcancel(ErrConsumerStopped)
-	r.log.Info("consumer stopped", "unsettled", r.count())
+	r.log.Debug("consumer stopped", "unsettled", r.count())
 	return err
 }
 
@@ -249,7 +249,7 @@ func (r *run) release(jobs ...*job) {
 // contexts.
 func (r *run) stop(ctx context.Context, fatal bool) {
 	n := r.count()
-	r.log.Info("consumer stopping", "inflight", n)
+	r.log.Debug("consumer stopping", "inflight", n)
 	if !fatal && n > 0 {
 		var deadline <-chan time.Time
 		cancelled := ctx.Done()
