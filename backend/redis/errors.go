@@ -1,0 +1,105 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/rheo-go/rheo"
+)
+
+// Error codes the scripts reply with.
+const (
+	codeNoStream = "RHEO_NOSTREAM"
+	codeNoGroup  = "RHEO_NOGROUP"
+	codeExists   = "RHEO_EXISTS"
+	codeNoCursor = "RHEO_NOCURSOR"
+)
+
+// scriptCode returns the rheo error code of a script's error reply, if any.
+func scriptCode(err error) string {
+	var re goredis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		for _, c := range []string{codeNoStream, codeNoGroup, codeExists, codeNoCursor} {
+			if strings.Contains(msg, c) {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
+// notFound maps the scripts' not-found replies onto rheo's sentinels.
+func notFound(err error, stream, group string) error {
+	switch scriptCode(err) {
+	case codeNoStream:
+		return rheo.Errorf(rheo.ErrStreamNotFound, "stream %q", stream)
+	case codeNoGroup:
+		return rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
+	}
+	return nil
+}
+
+// readErr classifies an error of a call that changes nothing: whatever went
+// wrong, nothing was written, so the store is simply unavailable.
+func (b *Backend) readErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return rheo.Wrap(rheo.ErrBackendUnavailable, err, "redis: "+format, args...)
+}
+
+// writeErr classifies an error of a call that may have changed state. When
+// the command surely never reached Redis (no connection, pool exhausted,
+// client closed) or Redis refused it before running it, nothing happened:
+// ErrBackendUnavailable. Otherwise (a timeout or a broken connection after
+// sending, a cancelled context, a script that failed half way) the write
+// may have been applied: ErrAmbiguous.
+func (b *Backend) writeErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	msg := "redis: " + fmt.Sprintf(format, args...)
+	if notSent(err) || refused(err) {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s", msg)
+	}
+	return rheo.Wrap(rheo.ErrAmbiguous, err, "%s", msg)
+}
+
+// notSent reports errors raised before a command was written.
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	if errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "connection refused") || strings.Contains(s, "no such host")
+}
+
+// refused reports Redis error replies that mean the command was not run.
+func refused(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+		"NOREPLICAS", "OOM", "MOVED", "ASK", "NOSCRIPT", "NOAUTH", "WRONGPASS", "NOPERM", "MISCONF"} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// isCtx reports a context error, which callers keep reachable.
+func isCtx(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

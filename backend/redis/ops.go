@@ -1,0 +1,491 @@
+package redis
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/rheo-go/rheo"
+)
+
+// run calls a script on the stream whose key base is base; base is always
+// ARGV[1].
+func (b *Backend) run(ctx context.Context, s *goredis.Script, base string, args ...any) (any, error) {
+	return s.Run(ctx, b.c, []string{b.metaKey(base)}, append([]any{base}, args...)...).Result()
+}
+
+// CreateStream implements rheo.Backend.
+func (b *Backend) CreateStream(ctx context.Context, s rheo.StreamInfo) error {
+	base := b.streamBase(s.Name)
+	reg := strconv.Itoa(s.Partitions) + ":" + micros(s.CreatedAt)
+	_, err := b.run(ctx, createStreamScript, base, s.Partitions, micros(s.CreatedAt))
+	if scriptCode(err) == codeExists {
+		// The stream exists; make sure the registry lists it even if an
+		// earlier CreateStream stopped between the two writes.
+		b.c.HSetNX(ctx, b.registryKey(), s.Name, reg)
+		return rheo.Errorf(rheo.ErrAlreadyExists, "stream %q", s.Name)
+	}
+	if err != nil {
+		return b.writeErr(err, "create stream %q", s.Name)
+	}
+	// The registry lives in another hash slot, so it is written separately.
+	if err := b.c.HSet(ctx, b.registryKey(), s.Name, reg).Err(); err != nil {
+		return b.writeErr(err, "create stream %q: registry", s.Name)
+	}
+	return nil
+}
+
+// Stream implements rheo.Backend.
+func (b *Backend) Stream(ctx context.Context, stream string) (rheo.StreamState, error) {
+	v, err := b.run(ctx, streamStateScript, b.streamBase(stream))
+	if err != nil {
+		if nf := notFound(err, stream, ""); nf != nil {
+			return rheo.StreamState{}, nf
+		}
+		return rheo.StreamState{}, b.readErr(err, "stream %q", stream)
+	}
+	r := v.([]any)
+	n, err1 := toInt(r[0])
+	created, err2 := toInt(r[1])
+	if err1 != nil || err2 != nil {
+		return rheo.StreamState{}, rheo.Errorf(rheo.ErrBackendUnavailable, "redis: stream %q has a malformed meta hash", stream)
+	}
+	st := rheo.StreamState{
+		StreamInfo:     rheo.StreamInfo{Name: stream, Partitions: int(n), CreatedAt: fromMicros(created)},
+		HighWatermarks: make([]int64, n),
+	}
+	for p, hw := range flatMap(r[2]) {
+		i, err := strconv.Atoi(p)
+		if err == nil && i >= 0 && i < int(n) {
+			st.HighWatermarks[i], _ = strconv.ParseInt(hw, 10, 64)
+		}
+	}
+	return st, nil
+}
+
+// ListStreams implements rheo.Backend.
+func (b *Backend) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
+	m, err := b.c.HGetAll(ctx, b.registryKey()).Result()
+	if err != nil {
+		return nil, b.readErr(err, "list streams")
+	}
+	out := make([]rheo.StreamInfo, 0, len(m))
+	for name, v := range m {
+		ns, cs, _ := strings.Cut(v, ":")
+		n, _ := strconv.Atoi(ns)
+		c, _ := strconv.ParseInt(cs, 10, 64)
+		out = append(out, rheo.StreamInfo{Name: name, Partitions: n, CreatedAt: fromMicros(c)})
+	}
+	slices.SortFunc(out, func(a, b rheo.StreamInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Append implements rheo.Backend: one script assigns the sequences and
+// writes the entries and the ID index, so a batch is all or nothing.
+func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event) ([]rheo.Event, error) {
+	if len(events) == 0 {
+		return []rheo.Event{}, nil
+	}
+	args := make([]any, 0, 1+7*len(events))
+	args = append(args, len(events))
+	for _, e := range events {
+		meta, err := encodeMeta(e.Metadata)
+		if err != nil {
+			return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "event %q metadata", e.ID)
+		}
+		args = append(args, e.ID, e.Partition, e.Type, e.Key, micros(e.Timestamp), []byte(e.Payload), meta)
+	}
+	v, err := b.run(ctx, appendScript, b.streamBase(stream), args...)
+	if err != nil {
+		if nf := notFound(err, stream, ""); nf != nil {
+			return nil, nf
+		}
+		return nil, b.writeErr(err, "append to stream %q", stream)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != len(events) {
+		return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
+	}
+	out := make([]rheo.Event, len(events))
+	for i, x := range r {
+		if seq, ok := x.(int64); ok {
+			out[i] = events[i]
+			out[i].Sequence = seq
+			continue
+		}
+		e, err := decodeRow(stream, x)
+		if err != nil {
+			return nil, rheo.Wrap(rheo.ErrAmbiguous, err, "redis: append to stream %q", stream)
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+// Read implements rheo.Backend.
+func (b *Backend) Read(ctx context.Context, stream string, partition int, after int64, limit int) ([]rheo.Event, error) {
+	v, err := b.run(ctx, readScript, b.streamBase(stream), partition, entryID(after+1), limit)
+	if err != nil {
+		if nf := notFound(err, stream, ""); nf != nil {
+			return nil, nf
+		}
+		return nil, b.readErr(err, "read stream %q partition %d", stream, partition)
+	}
+	evs, err := decodeEntries(stream, partition, v)
+	if err != nil {
+		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "redis: read stream %q", stream)
+	}
+	if evs == nil {
+		evs = []rheo.Event{}
+	}
+	return evs, nil
+}
+
+// Events implements rheo.Backend.
+func (b *Backend) Events(ctx context.Context, stream string, ids []string) ([]rheo.Event, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	v, err := b.run(ctx, eventsScript, b.streamBase(stream), args...)
+	if err != nil {
+		if nf := notFound(err, stream, ""); nf != nil {
+			return nil, nf
+		}
+		return nil, b.readErr(err, "events of stream %q", stream)
+	}
+	rows, _ := v.([]any)
+	out := make([]rheo.Event, 0, len(rows))
+	for _, row := range rows {
+		e, err := decodeRow(stream, row)
+		if err != nil {
+			return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "redis: events of stream %q", stream)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// CreateGroup implements rheo.Backend: one Redis consumer group per
+// partition stream, starting at the entry after Start[p].
+func (b *Backend) CreateGroup(ctx context.Context, g rheo.GroupSpec) error {
+	base := b.streamBase(g.Stream)
+	n := len(g.Start)
+	args := make([]any, 0, 5+n)
+	args = append(args, groupBase(base, g.Group), g.Group, strconv.Itoa(g.MaxAttempts)+":"+micros(g.CreatedAt), n)
+	for p := range n {
+		args = append(args, g.Start[p])
+	}
+	_, err := b.run(ctx, createGroupScript, base, args...)
+	if err != nil {
+		if scriptCode(err) == codeExists {
+			return rheo.Errorf(rheo.ErrAlreadyExists, "group %q of stream %q", g.Group, g.Stream)
+		}
+		if nf := notFound(err, g.Stream, g.Group); nf != nil {
+			return nf
+		}
+		return b.writeErr(err, "create group %q of stream %q", g.Group, g.Stream)
+	}
+	return nil
+}
+
+// ListGroups implements rheo.Backend.
+func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, error) {
+	v, err := b.run(ctx, listGroupsScript, b.streamBase(stream))
+	if err != nil {
+		if nf := notFound(err, stream, ""); nf != nil {
+			return nil, nf
+		}
+		return nil, b.readErr(err, "list groups of stream %q", stream)
+	}
+	a, _ := v.([]any)
+	out := make([]string, 0, len(a))
+	for _, x := range a {
+		out = append(out, toStr(x))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Fetch implements rheo.Backend with one script call: due deliveries
+// (expired leases, nacked and reopened ones) of each partition first, in
+// sequence order, then new entries through XREADGROUP; the limit is shared
+// across partitions starting from a random one.
+func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	base := b.streamBase(r.Stream)
+	k := len(r.Partitions)
+	now := r.Now.UnixMicro()
+	// A lease must end after now, or the claim would be due at once.
+	exp := max(r.Now.Add(r.LeaseDuration).UnixMicro(), now+1)
+	args := make([]any, 0, 6+k+r.Limit)
+	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
+	off := rand.IntN(k)
+	for i := range k {
+		args = append(args, r.Partitions[(off+i)%k])
+	}
+	for range r.Limit {
+		args = append(args, r.NewLeaseID())
+	}
+	v, err := b.run(ctx, fetchScript, base, args...)
+	if err != nil {
+		if nf := notFound(err, r.Stream, r.Group); nf != nil {
+			return nil, nf
+		}
+		return nil, b.writeErr(err, "fetch from group %q of stream %q", r.Group, r.Stream)
+	}
+	flat, _ := v.([]any)
+	leasedAt, expiresAt := fromMicros(now), fromMicros(exp)
+	out := make([]rheo.Lease, 0, len(flat)/5)
+	for i := 0; i+4 < len(flat); i += 5 {
+		p, err1 := toInt(flat[i])
+		seq, err2 := toInt(flat[i+1])
+		att, err3 := toInt(flat[i+3])
+		if err1 != nil || err2 != nil || err3 != nil {
+			return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: fetch from group %q of stream %q: malformed reply", r.Group, r.Stream)
+		}
+		e, err := decodeEvent(r.Stream, int(p), seq, flat[i+4])
+		if err != nil {
+			return nil, rheo.Wrap(rheo.ErrAmbiguous, err, "redis: fetch from group %q of stream %q", r.Group, r.Stream)
+		}
+		out = append(out, rheo.Lease{
+			ID: toStr(flat[i+2]), Receipt: entryID(seq), Stream: r.Stream, Group: r.Group,
+			ConsumerID: r.ConsumerID, Attempt: int(att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
+		})
+	}
+	slices.SortFunc(out, func(a, b rheo.Lease) int {
+		if c := cmp.Compare(a.Event.Partition, b.Event.Partition); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Event.Sequence, b.Event.Sequence)
+	})
+	return out, nil
+}
+
+func leaseErr(code int64, l rheo.Lease) error {
+	switch code {
+	case 0:
+		return nil
+	case 2:
+		return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q: receipt %q",
+			l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream, l.Receipt)
+	}
+	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
+		l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
+}
+
+// Renew implements rheo.Backend.
+func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
+	base := b.streamBase(l.Stream)
+	v, err := b.run(ctx, renewScript, base, groupBase(base, l.Group), l.Group,
+		l.Event.Partition, l.Event.Sequence, l.ID, l.Receipt, expiresAt.UnixMicro())
+	if err != nil {
+		if nf := notFound(err, l.Stream, l.Group); nf != nil {
+			return nf
+		}
+		return b.writeErr(err, "renew lease %s in group %q of stream %q", l.ID, l.Group, l.Stream)
+	}
+	code, _ := v.(int64)
+	return leaseErr(code, l)
+}
+
+var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNack: "n", rheo.SettleReject: "r"}
+
+// Settle implements rheo.Backend: the whole batch is one script.
+func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	base := b.streamBase(stream)
+	args := make([]any, 0, 4+7*len(reqs))
+	args = append(args, groupBase(base, group), group, micros(now), len(reqs))
+	for _, r := range reqs {
+		kind, ok := settleKinds[r.Kind]
+		if !ok {
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
+		}
+		args = append(args, kind, r.Lease.Event.Partition, r.Lease.Event.Sequence, r.Lease.ID, r.Lease.Receipt,
+			r.AvailableAt.UnixMicro(), r.Reason)
+	}
+	v, err := b.run(ctx, settleScript, base, args...)
+	if err != nil {
+		if nf := notFound(err, stream, group); nf != nil {
+			return nil, nf
+		}
+		return nil, b.writeErr(err, "settle in group %q of stream %q", group, stream)
+	}
+	codes, _ := v.([]any)
+	if len(codes) != len(reqs) {
+		return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: settle in group %q of stream %q: malformed reply", group, stream)
+	}
+	errs := make([]error, len(reqs))
+	for i, c := range codes {
+		code, _ := c.(int64)
+		errs[i] = leaseErr(code, reqs[i].Lease)
+	}
+	return errs, nil
+}
+
+// Lag implements rheo.Backend.
+func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+	base := b.streamBase(stream)
+	v, err := b.run(ctx, lagScript, base, groupBase(base, group), group)
+	if err != nil {
+		if nf := notFound(err, stream, group); nf != nil {
+			return nil, nf
+		}
+		return nil, b.readErr(err, "lag of group %q of stream %q", group, stream)
+	}
+	r := v.([]any)
+	n, _ := toInt(r[0])
+	hw, fr := flatMap(r[1]), flatMap(r[2])
+	rows, _ := r[3].([]any)
+	out := make([]rheo.PartitionLag, n)
+	for p := range int(n) {
+		ps := strconv.Itoa(p)
+		f, _ := strconv.ParseInt(fr[ps], 10, 64)
+		if p < len(rows) {
+			if m, err := toInt(rows[p]); err == nil && m >= 0 {
+				f = min(f, m-1)
+			}
+		}
+		h, _ := strconv.ParseInt(hw[ps], 10, 64)
+		out[p] = rheo.PartitionLag{Partition: p, Frontier: f, HighWatermark: h}
+	}
+	return out, nil
+}
+
+// GroupStats implements rheo.Backend.
+func (b *Backend) GroupStats(ctx context.Context, stream, group string, _ time.Time) (rheo.GroupStats, error) {
+	base := b.streamBase(stream)
+	v, err := b.run(ctx, groupStatsScript, base, groupBase(base, group), group)
+	if err != nil {
+		if nf := notFound(err, stream, group); nf != nil {
+			return rheo.GroupStats{}, nf
+		}
+		return rheo.GroupStats{}, b.readErr(err, "stats of group %q of stream %q", group, stream)
+	}
+	r := v.([]any)
+	in, _ := toInt(r[0])
+	av, _ := toInt(r[1])
+	dl, _ := toInt(r[2])
+	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl}, nil
+}
+
+// DeadLetters implements rheo.Backend.
+func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, limit int) ([]rheo.DeadLetter, error) {
+	base := b.streamBase(stream)
+	v, err := b.run(ctx, deadLettersScript, base, groupBase(base, group), group, after, limit)
+	if err != nil {
+		if scriptCode(err) == codeNoCursor {
+			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q of stream %q", after, group, stream)
+		}
+		if nf := notFound(err, stream, group); nf != nil {
+			return nil, nf
+		}
+		return nil, b.readErr(err, "dead letters of group %q of stream %q", group, stream)
+	}
+	rows, _ := v.([]any)
+	out := make([]rheo.DeadLetter, 0, len(rows))
+	for _, row := range rows {
+		r, _ := row.([]any)
+		if len(r) != 4 {
+			return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "redis: dead letters of group %q: malformed reply", group)
+		}
+		e, err := decodeRow(stream, []any{r[0], r[1], r[3]})
+		if err != nil {
+			return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "redis: dead letters of group %q", group)
+		}
+		att, rest, _ := strings.Cut(toStr(r[2]), ":")
+		at, reason, _ := strings.Cut(rest, ":")
+		n, _ := strconv.Atoi(att)
+		ts, _ := strconv.ParseInt(at, 10, 64)
+		out = append(out, rheo.DeadLetter{
+			EventID: e.ID, Partition: e.Partition, Sequence: e.Sequence, Attempts: n,
+			Reason: reason, DeadLetteredAt: fromMicros(ts), Event: e,
+		})
+	}
+	return out, nil
+}
+
+// Replay implements rheo.Backend.
+func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
+	base := b.streamBase(r.Stream)
+	args := make([]any, 0, 5+2*len(r.FromSequence)+2*len(r.Events))
+	args = append(args, groupBase(base, r.Group), r.Group, len(r.FromSequence))
+	for _, p := range slices.Sorted(maps.Keys(r.FromSequence)) {
+		args = append(args, p, r.FromSequence[p])
+	}
+	args = append(args, len(r.Events))
+	for _, e := range r.Events {
+		args = append(args, e.Partition, e.Sequence)
+	}
+	if _, err := b.run(ctx, replayScript, base, args...); err != nil {
+		if nf := notFound(err, r.Stream, r.Group); nf != nil {
+			return nf
+		}
+		return b.writeErr(err, "replay group %q of stream %q", r.Group, r.Stream)
+	}
+	return nil
+}
+
+// Redrive implements rheo.Backend. Each call of the script reopens at most
+// 1000 dead letters atomically; a redrive of more takes several calls.
+func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []string) (int, error) {
+	base := b.streamBase(stream)
+	gb := groupBase(base, group)
+	call := func(args ...any) (int, error) {
+		v, err := b.run(ctx, redriveScript, base, append([]any{gb, group}, args...)...)
+		if err != nil {
+			if nf := notFound(err, stream, group); nf != nil {
+				return 0, nf
+			}
+			return 0, b.writeErr(err, "redrive group %q of stream %q", group, stream)
+		}
+		n, _ := v.(int64)
+		return int(n), nil
+	}
+	total := 0
+	if len(ids) == 0 {
+		for {
+			n, err := call("all")
+			total += n
+			if err != nil || n < 1000 {
+				return total, err
+			}
+		}
+	}
+	for chunk := range slices.Chunk(ids, 1000) {
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, "ids")
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		n, err := call(args...)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// ResetGroup implements rheo.Backend.
+func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error {
+	base := b.streamBase(stream)
+	args := make([]any, 0, 3+2*len(start))
+	args = append(args, groupBase(base, group), group, len(start))
+	for _, p := range slices.Sorted(maps.Keys(start)) {
+		args = append(args, p, start[p])
+	}
+	if _, err := b.run(ctx, resetScript, base, args...); err != nil {
+		if nf := notFound(err, stream, group); nf != nil {
+			return nf
+		}
+		return b.writeErr(err, "reset group %q of stream %q", group, stream)
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+// Package redis is rheo's Redis Streams backend.
+//
+// Each partition of a rheo stream is one Redis stream whose entry IDs are
+// "<sequence>-0"; each rheo group is one Redis consumer group on every
+// partition stream, and its pending-entries list holds exactly the
+// deliveries that were offered and are not terminal. A lease's Receipt is
+// the Redis entry ID. Every claim, renew, settle and append is one Lua
+// script, so Redis applies it atomically; leases expire on rheo's clock (the
+// time the client passes), never on Redis idle time.
+//
+// All keys of one stream share a hash tag ("<prefix>{<stream>}:…"), so a
+// stream lives in one hash slot and works unchanged on Redis Cluster.
+// Redis 7.0 or later is required (sharded pub/sub wakes waiting fetchers).
+//
+// Open a backend from a DSN (the package registers "redis" and "rediss"):
+//
+//	c, err := rheo.Open(ctx, "redis://localhost:6379/0?key_prefix=myapp:")
+//
+// or borrow a client you already have (a *redis.Client, a *redis.ClusterClient
+// or any UniversalClient):
+//
+//	c := rheo.New(redis.New(client, redis.WithKeyPrefix("myapp:")))
+//
+// Durability is Redis's: without AOF (appendonly yes, appendfsync everysec
+// or always) a restart loses acknowledged appends and settles. See
+// docs/redis.md.
+package redis
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/rheo-go/rheo"
+)
+
+func init() {
+	rheo.Register("redis", Open)
+	rheo.Register("rediss", Open)
+}
+
+// DefaultKeyPrefix starts every key the backend writes.
+const DefaultKeyPrefix = "rheo:"
+
+// DefaultQueryScanLimit bounds how many entries one Query call may read.
+const DefaultQueryScanLimit = 1_000_000
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithKeyPrefix sets the prefix of every key (default "rheo:"). Use distinct
+// prefixes to keep several applications, or tests, apart in one database.
+// The prefix must not contain '{' or '}' (they delimit hash tags); New
+// ignores such a prefix and keeps the default.
+func WithKeyPrefix(p string) Option {
+	return func(b *Backend) {
+		if !strings.ContainsAny(p, "{}") {
+			b.prefix = p
+		}
+	}
+}
+
+// WithQueryScanLimit bounds how many stream entries one Query call may read
+// before it fails with rheo.ErrUnsupported (default 1,000,000; 0 means no
+// bound). Redis has no secondary indexes: queries scan partitions by
+// sequence range, so narrow ones with Partitions, AfterSequence and
+// UntilSequence.
+func WithQueryScanLimit(n int) Option {
+	return func(b *Backend) {
+		if n >= 0 {
+			b.scanLimit = n
+		}
+	}
+}
+
+// Backend is a rheo.Backend and rheo.Notifier over Redis. It is safe for
+// concurrent use.
+type Backend struct {
+	c         goredis.UniversalClient
+	owned     bool
+	prefix    string
+	scanLimit int
+
+	hubMu sync.Mutex
+	hub   map[string]*wakeSub
+	done  bool
+}
+
+var (
+	_ rheo.Backend  = (*Backend)(nil)
+	_ rheo.Notifier = (*Backend)(nil)
+)
+
+// New returns a backend over client. The client is borrowed: Close does not
+// close it.
+func New(client goredis.UniversalClient, opts ...Option) *Backend {
+	b := &Backend{c: client, prefix: DefaultKeyPrefix, scanLimit: DefaultQueryScanLimit, hub: map[string]*wakeSub{}}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// Open opens a backend from a DSN, "redis://[user:password@]host:port/db" or
+// "rediss://…" for TLS, with go-redis's URL options plus key_prefix (default
+// "rheo:") and query_scan_limit. The backend owns the client it creates.
+func Open(_ context.Context, dsn string) (rheo.Backend, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN does not parse")
+	}
+	var opts []Option
+	q := u.Query()
+	if v, ok := q["key_prefix"]; ok {
+		p := v[0]
+		if strings.ContainsAny(p, "{}") {
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: key_prefix %q must not contain '{' or '}'", p)
+		}
+		opts = append(opts, WithKeyPrefix(p))
+		q.Del("key_prefix")
+	}
+	if v, ok := q["query_scan_limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 0 {
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: query_scan_limit %q is not a non-negative integer", v[0])
+		}
+		opts = append(opts, WithQueryScanLimit(n))
+		q.Del("query_scan_limit")
+	}
+	u.RawQuery = q.Encode()
+	o, err := goredis.ParseURL(u.String())
+	if err != nil {
+		return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")
+	}
+	b := New(goredis.NewClient(o), opts...)
+	b.owned = true
+	return b, nil
+}
+
+// Client returns the Redis client the backend uses.
+func (b *Backend) Client() goredis.UniversalClient { return b.c }
+
+// KeyPrefix returns the prefix of every key the backend writes.
+func (b *Backend) KeyPrefix() string { return b.prefix }
+
+// Ping implements rheo.Backend.
+func (b *Backend) Ping(ctx context.Context) error {
+	return b.readErr(b.c.Ping(ctx).Err(), "ping")
+}
+
+// Migrate implements rheo.Backend. Redis needs no schema: Migrate checks the
+// server is Redis 7.0 or later and loads the scripts so later calls go by SHA.
+func (b *Backend) Migrate(ctx context.Context) error {
+	info, err := b.c.Info(ctx, "server").Result()
+	if err != nil {
+		return b.readErr(err, "migrate")
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n < 7 {
+			return rheo.Errorf(rheo.ErrUnsupported, "redis %s: rheo needs Redis 7.0 or later", v)
+		}
+	}
+	for _, s := range allScripts {
+		if err := s.Load(ctx, b.c).Err(); err != nil {
+			return b.readErr(err, "migrate: load scripts")
+		}
+	}
+	return nil
+}
+
+// Close implements rheo.Backend: it ends the wake-up subscriptions and
+// closes the client when the backend opened it.
+func (b *Backend) Close() error {
+	b.hubMu.Lock()
+	b.done = true
+	subs := b.hub
+	b.hub = map[string]*wakeSub{}
+	b.hubMu.Unlock()
+	for _, s := range subs {
+		s.close()
+	}
+	if b.owned {
+		return b.c.Close()
+	}
+	return nil
+}
+
+// streamBase is the key base of a stream: "<prefix>{<escaped stream>}:".
+func (b *Backend) streamBase(stream string) string {
+	return b.prefix + "{" + escape(stream) + "}:"
+}
+
+// metaKey is the stream's meta hash, the key every script declares.
+func (b *Backend) metaKey(base string) string { return base + "meta" }
+
+// groupBase is the key base of a group within a stream.
+func groupBase(base, group string) string { return base + "g:" + escape(group) + ":" }
+
+// registryKey is the hash of every stream (name -> "partitions:created").
+// It lives outside the streams' hash slots.
+func (b *Backend) registryKey() string { return b.prefix + "streams" }
+
+// escape makes a name safe as a key part: '%', '{', '}' and ':' are
+// percent-encoded, so hash tags and key segments stay unambiguous.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}:") {
+		return s
+	}
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', '{', '}', ':':
+			sb.WriteByte('%')
+			sb.WriteByte("0123456789ABCDEF"[c>>4])
+			sb.WriteByte("0123456789ABCDEF"[c&15])
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}

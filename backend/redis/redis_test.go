@@ -1,0 +1,96 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/redis"
+	"github.com/rheo-go/rheo/rheotest"
+)
+
+// testURL is the server the tests use: RHEO_TEST_REDIS or the local one.
+func testURL() string {
+	if u := os.Getenv("RHEO_TEST_REDIS"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// testClient connects to the test server, skipping the test loudly when it
+// is unreachable (failing under CI=true).
+func testClient(t testing.TB) goredis.UniversalClient {
+	t.Helper()
+	o, err := goredis.ParseURL(testURL())
+	require.NoError(t, err)
+	c := goredis.NewClient(o)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		msg := fmt.Sprintf("REDIS NOT REACHABLE at %s (set RHEO_TEST_REDIS): %v", testURL(), err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPING: " + msg)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var prefixSeq atomic.Int64
+
+// uniquePrefix returns a key prefix no other test uses.
+func uniquePrefix() string {
+	return fmt.Sprintf("rheotest:%d:%d:%06x:", os.Getpid(), prefixSeq.Add(1), rand.Uint32()&0xffffff)
+}
+
+// dropKeys deletes every key under prefix.
+func dropKeys(t testing.TB, c goredis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		if err != nil {
+			t.Logf("cleanup of %s: %v", prefix, err)
+			return
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+		if next == 0 {
+			return
+		}
+		cursor = next
+	}
+}
+
+// newBackend returns a migrated backend over a fresh key prefix whose keys
+// are deleted when the test ends.
+func newBackend(t testing.TB, opts ...redis.Option) (*redis.Backend, goredis.UniversalClient) {
+	t.Helper()
+	c := testClient(t)
+	prefix := uniquePrefix()
+	b := redis.New(c, append([]redis.Option{redis.WithKeyPrefix(prefix)}, opts...)...)
+	require.NoError(t, b.Migrate(context.Background()))
+	t.Cleanup(func() {
+		_ = b.Close()
+		dropKeys(t, c, prefix)
+	})
+	return b, c
+}
+
+func TestConformance(t *testing.T) {
+	rheotest.RunBackend(t, func(t testing.TB) rheo.Backend {
+		b, _ := newBackend(t)
+		return b
+	})
+}

@@ -1,0 +1,655 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// Every operation that changes state runs as one Lua script, so Redis
+// executes it atomically: a claim, a settle or an append is either wholly
+// applied or not at all, and no other client observes a half-done one.
+//
+// Calling convention: KEYS[1] is the stream's meta key (it routes the call
+// to the node that owns the stream's hash slot); ARGV[1] is the stream's key
+// base ("<prefix>{<stream>}:"), from which the scripts build every other key
+// of the stream. All those keys carry the same hash tag, so they live in the
+// same slot as KEYS[1]. Scripts of a group also get ARGV[2], the group's key
+// base, and ARGV[3], the group name.
+//
+// Numbers become strings only through fmt (string.format %d): Lua prints
+// large numbers in exponent form otherwise.
+
+// common is prepended to every script.
+const common = `
+local base = ARGV[1]
+local function fmt(n) return string.format('%d', n) end
+local function skey(p) return base .. 's:' .. p end
+local function bulk(head, list, step, tail)
+  -- Lua's unpack has a small stack: send long argument lists in chunks.
+  -- head is the command and its leading arguments; replies are returned.
+  local replies = {}
+  local n = #list
+  local i = 1
+  while i <= n do
+    local j = math.min(i + step - 1, n)
+    local args = {}
+    for _, h in ipairs(head) do args[#args + 1] = h end
+    for k = i, j do args[#args + 1] = list[k] end
+    if tail then for _, t in ipairs(tail) do args[#args + 1] = t end end
+    replies[#replies + 1] = redis.call(unpack(args))
+    i = j + 1
+  end
+  return replies
+end
+local function need_stream()
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    return redis.error_reply('RHEO_NOSTREAM')
+  end
+  return nil
+end
+`
+
+// groupCommon holds the group helpers: the frontier bookkeeping and dead
+// letters. It expects ARGV[2] (group key base) and ARGV[3] (group name).
+const groupCommon = `
+local gb = ARGV[2]
+local group = ARGV[3]
+local PSHIFT = 4398046511104 -- 2^42: dead-letter score = partition * 2^42 + sequence
+local function need_group()
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    return nil, redis.error_reply('RHEO_NOSTREAM')
+  end
+  local gv = redis.call('HGET', base .. 'groups', group)
+  if not gv then
+    return nil, redis.error_reply('RHEO_NOGROUP')
+  end
+  return tonumber(string.match(gv, '^(%d+)')), nil
+end
+
+-- Frontier: F is the stored frontier of a partition; t:<p> holds terminal
+-- sequences above F (they collapse into F once contiguous); r:<p> holds
+-- sequences at or below F that were reopened (replay, redrive) and are not
+-- terminal again yet. The effective frontier is min(F, min(r) - 1).
+local F = {}
+local term = {}
+local function getF(p)
+  local f = F[p]
+  if f == nil then
+    f = tonumber(redis.call('HGET', gb .. 'f', p) or '0')
+    F[p] = f
+  end
+  return f
+end
+local function mark_terminal(p, seq)
+  local t = term[p]
+  if t == nil then t = {}; term[p] = t end
+  t[#t + 1] = seq
+end
+local function flush_frontier()
+  for p, list in pairs(term) do
+    table.sort(list)
+    local f0 = getF(p)
+    local f = f0
+    local rem, add = {}, {}
+    for _, s in ipairs(list) do
+      if s <= f0 then
+        rem[#rem + 1] = fmt(s)
+      elseif s == f + 1 then
+        f = s
+      else
+        add[#add + 1] = s
+        add[#add + 1] = fmt(s)
+      end
+    end
+    if #rem > 0 then bulk({'ZREM', gb .. 'r:' .. p}, rem, 1000) end
+    local tkey = gb .. 't:' .. p
+    if #add > 0 then bulk({'ZADD', tkey}, add, 1000) end
+    if f > f0 then
+      while true do
+        local m = redis.call('ZRANGE', tkey, 0, 255)
+        local n = 0
+        for i = 1, #m do
+          if tonumber(m[i]) == f + 1 then f = f + 1; n = i else break end
+        end
+        if n > 0 then redis.call('ZREMRANGEBYRANK', tkey, 0, n - 1) end
+        if n < 256 then break end
+      end
+      redis.call('HSET', gb .. 'f', p, fmt(f))
+      F[p] = f
+    end
+  end
+  term = {}
+end
+local function dead(p, seq, attempt, reason, now)
+  local m = p .. ':' .. fmt(seq)
+  redis.call('ZADD', gb .. 'q', p * PSHIFT + seq, m)
+  redis.call('HSET', gb .. 'qh', m, fmt(attempt) .. ':' .. now .. ':' .. reason)
+  mark_terminal(p, seq)
+end
+local function cursor(p)
+  local ok, gs = pcall(redis.call, 'XINFO', 'GROUPS', skey(p))
+  if not ok then return 0 end
+  for _, g in ipairs(gs) do
+    local name, last
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then return tonumber(string.match(last, '^(%d+)')) end
+  end
+  return 0
+end
+-- reopen makes an offered delivery available now with attempts reset,
+-- wherever it was: leased or waiting (in the PEL), acked or dead-lettered.
+local function reopen(p, seq)
+  local ss = fmt(seq)
+  local lkey = gb .. 'l:' .. p
+  if not redis.call('HGET', lkey, ss) then
+    local m = p .. ':' .. ss
+    if redis.call('ZREM', gb .. 'q', m) == 1 then redis.call('HDEL', gb .. 'qh', m) end
+    if seq <= getF(p) then
+      redis.call('ZADD', gb .. 'r:' .. p, seq, ss)
+    else
+      redis.call('ZREM', gb .. 't:' .. p, ss)
+    end
+    redis.call('XCLAIM', skey(p), group, 'rheo', 0, ss .. '-0', 'FORCE', 'JUSTID')
+  end
+  redis.call('HSET', lkey, ss, ':0')
+  redis.call('ZADD', gb .. 'd:' .. p, 0, ss)
+end
+local function wake()
+  redis.call('SPUBLISH', base .. 'wake', '1')
+end
+`
+
+// Stream entries carry these fields, always all of them and in this order,
+// so that Redis stores the field names once per listpack node.
+//
+// createStream: ARGV[2] partitions, ARGV[3] created (µs).
+var createStreamScript = goredis.NewScript(common + `
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('RHEO_EXISTS')
+end
+redis.call('HSET', KEYS[1], 'partitions', ARGV[2], 'created', ARGV[3])
+return 1
+`)
+
+// streamState returns {partitions, created, hw-hash-flat}.
+var streamStateScript = goredis.NewScript(common + `
+local e = need_stream(); if e then return e end
+local m = redis.call('HMGET', KEYS[1], 'partitions', 'created')
+return {m[1], m[2], redis.call('HGETALL', base .. 'hw')}
+`)
+
+// appendScript: ARGV[2] n, then 7 fields per event: id, partition, type,
+// key, ts, data, meta. Returns, per event, its new sequence (integer) or the
+// stored event {partition, seq, fields} when the ID was already there.
+var appendScript = goredis.NewScript(common + `
+local e = need_stream(); if e then return e end
+local n = tonumber(ARGV[2])
+local idk = base .. 'ids'
+local ids = {}
+for i = 1, n do ids[i] = ARGV[3 + (i - 1) * 7] end
+local found = {}
+local i = 1
+while i <= n do
+  local j = math.min(i + 999, n)
+  local chunk = {}
+  for k = i, j do chunk[#chunk + 1] = ids[k] end
+  local r = redis.call('HMGET', idk, unpack(chunk))
+  for k = 1, #r do found[i + k - 1] = r[k] end
+  i = j + 1
+end
+local cnt = {}
+for i = 1, n do
+  if not found[i] then
+    local p = ARGV[4 + (i - 1) * 7]
+    cnt[p] = (cnt[p] or 0) + 1
+  end
+end
+local nextseq = {}
+for p, c in pairs(cnt) do
+  nextseq[p] = redis.call('HINCRBY', base .. 'hw', p, c) - c
+end
+local out = {}
+local idx = {}
+local any = false
+for i = 1, n do
+  local o = 3 + (i - 1) * 7
+  local p = ARGV[o + 1]
+  if found[i] then
+    local fp, fs = string.match(found[i], '^(%d+):(%d+)$')
+    local r = redis.call('XRANGE', skey(fp), fs .. '-0', fs .. '-0')
+    out[i] = {tonumber(fp), tonumber(fs), r[1] and r[1][2] or {}}
+  else
+    local seq = nextseq[p] + 1
+    nextseq[p] = seq
+    local ss = fmt(seq)
+    redis.call('XADD', skey(p), ss .. '-0', 'id', ARGV[o], 'type', ARGV[o + 2], 'key', ARGV[o + 3],
+      'ts', ARGV[o + 4], 'data', ARGV[o + 5], 'meta', ARGV[o + 6])
+    idx[#idx + 1] = ARGV[o]
+    idx[#idx + 1] = p .. ':' .. ss
+    out[i] = seq
+    any = true
+  end
+end
+if #idx > 0 then bulk({'HSET', idk}, idx, 1000) end
+if any then redis.call('SPUBLISH', base .. 'wake', '1') end
+return out
+`)
+
+// readScript: ARGV[2] partition, ARGV[3] first entry id, ARGV[4] count.
+var readScript = goredis.NewScript(common + `
+local e = need_stream(); if e then return e end
+return redis.call('XRANGE', skey(ARGV[2]), ARGV[3], '+', 'COUNT', ARGV[4])
+`)
+
+// rangeScript reads entries of one partition in either direction:
+// ARGV[2] partition, ARGV[3] lo id, ARGV[4] hi id, ARGV[5] count, ARGV[6]
+// "rev" for descending. It does not check the stream (Query does first).
+var rangeScript = goredis.NewScript(common + `
+if ARGV[6] == 'rev' then
+  return redis.call('XREVRANGE', skey(ARGV[2]), ARGV[4], ARGV[3], 'COUNT', ARGV[5])
+end
+return redis.call('XRANGE', skey(ARGV[2]), ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+`)
+
+// eventsScript: ARGV[2..] event IDs. Returns {partition, seq, fields} rows.
+var eventsScript = goredis.NewScript(common + `
+local e = need_stream(); if e then return e end
+local out = {}
+for i = 2, #ARGV do
+  local v = redis.call('HGET', base .. 'ids', ARGV[i])
+  if v then
+    local p, s = string.match(v, '^(%d+):(%d+)$')
+    local r = redis.call('XRANGE', skey(p), s .. '-0', s .. '-0')
+    if r[1] then out[#out + 1] = {tonumber(p), tonumber(s), r[1][2]} end
+  end
+end
+return out
+`)
+
+// createGroup: ARGV[4] "max:created", ARGV[5] n, ARGV[6..] start per partition.
+var createGroupScript = goredis.NewScript(common + groupCommon + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('RHEO_NOSTREAM') end
+if redis.call('HSETNX', base .. 'groups', group, ARGV[4]) == 0 then
+  return redis.error_reply('RHEO_EXISTS')
+end
+local n = tonumber(ARGV[5])
+redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh')
+for p = 0, n - 1 do
+  local s = ARGV[6 + p]
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p)
+  local ok = pcall(redis.call, 'XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
+  if not ok then
+    redis.call('XGROUP', 'DESTROY', skey(p), group)
+    redis.call('XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
+  end
+  redis.call('HSET', gb .. 'f', p, s)
+end
+return 1
+`)
+
+// fetch: ARGV[4] now (µs), ARGV[5] expires (µs), ARGV[6] limit, ARGV[7]
+// number of partitions k, ARGV[8..7+k] partitions in fetch order, then
+// limit fresh lease IDs. Returns flat rows of 5: partition, seq, lease ID,
+// attempt, entry fields.
+var fetchScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local now = tonumber(ARGV[4])
+local nowS = ARGV[4]
+local exp = ARGV[5]
+local limit = tonumber(ARGV[6])
+local k = tonumber(ARGV[7])
+local parts = {}
+for i = 1, k do parts[i] = ARGV[7 + i] end
+local idbase = 7 + k
+local used = 0
+local out = {}
+local due = {}
+local newdone = {}
+local WINDOW = limit + 64
+
+local function take(p, want)
+  local got = 0
+  local lkey = gb .. 'l:' .. p
+  local dkey = gb .. 'd:' .. p
+  local sk = skey(p)
+  -- Claimable deliveries already offered: due now, lowest sequence first.
+  while got < want do
+    local dc = due[p]
+    if dc == nil or (dc.pos > #dc.list and dc.full) then
+      local lst = redis.call('ZRANGEBYSCORE', dkey, '-inf', nowS, 'LIMIT', 0, WINDOW)
+      local nums = {}
+      for i = 1, #lst do nums[i] = tonumber(lst[i]) end
+      table.sort(nums)
+      dc = {list = nums, pos = 1, full = (#lst == WINDOW)}
+      due[p] = dc
+    end
+    if dc.pos > #dc.list then break end
+    local hset, zadd, claim, rows = {}, {}, {}, {}
+    local acks = {}
+    while got < want and dc.pos <= #dc.list do
+      local seq = dc.list[dc.pos]
+      dc.pos = dc.pos + 1
+      local ss = fmt(seq)
+      local v = redis.call('HGET', lkey, ss)
+      if not v then
+        redis.call('ZREM', dkey, ss)
+      else
+        local lid, att = string.match(v, '^([^:]*):(%d+)$')
+        att = tonumber(att)
+        if lid ~= '' and att >= maxA then
+          redis.call('HDEL', lkey, ss)
+          redis.call('ZREM', dkey, ss)
+          acks[#acks + 1] = ss .. '-0'
+          dead(p, seq, att, 'max_attempts: lease expired', nowS)
+        else
+          used = used + 1
+          local id = ARGV[idbase + used]
+          hset[#hset + 1] = ss
+          hset[#hset + 1] = id .. ':' .. fmt(att + 1)
+          zadd[#zadd + 1] = exp
+          zadd[#zadd + 1] = ss
+          claim[#claim + 1] = ss .. '-0'
+          rows[ss .. '-0'] = {seq, id, att + 1}
+          got = got + 1
+        end
+      end
+    end
+    if #acks > 0 then bulk({'XACK', sk, group}, acks, 1000) end
+    if #hset > 0 then
+      bulk({'HSET', lkey}, hset, 1000)
+      bulk({'ZADD', dkey}, zadd, 1000)
+      for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
+        for _, ent in ipairs(r) do
+          local row = rows[ent[1]]
+          if row then
+            out[#out + 1] = p; out[#out + 1] = row[1]; out[#out + 1] = row[2]; out[#out + 1] = row[3]
+            out[#out + 1] = ent[2]
+          end
+        end
+      end
+    end
+  end
+  -- Events not offered yet.
+  if got < want and not newdone[p] then
+    local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'STREAMS', sk, '>')
+    local ents = (r and r[1] and r[1][2]) or {}
+    if #ents < want - got then newdone[p] = true end
+    local hset, zadd = {}, {}
+    for _, ent in ipairs(ents) do
+      local ss = string.match(ent[1], '^(%d+)')
+      used = used + 1
+      local id = ARGV[idbase + used]
+      hset[#hset + 1] = ss
+      hset[#hset + 1] = id .. ':1'
+      zadd[#zadd + 1] = exp
+      zadd[#zadd + 1] = ss
+      out[#out + 1] = p; out[#out + 1] = tonumber(ss); out[#out + 1] = id; out[#out + 1] = 1
+      out[#out + 1] = ent[2]
+      got = got + 1
+    end
+    if #hset > 0 then
+      bulk({'HSET', lkey}, hset, 1000)
+      bulk({'ZADD', dkey}, zadd, 1000)
+    end
+  end
+  return got
+end
+
+-- Share the limit fairly: a first pass gives each partition its quota,
+-- later passes hand what is left to whoever still has work.
+local remaining = limit
+local exhausted = {}
+local quota = math.ceil(limit / k)
+local pass = 0
+while remaining > 0 do
+  local progress = false
+  for i = 1, k do
+    if remaining <= 0 then break end
+    if not exhausted[i] then
+      local want = remaining
+      if pass == 0 then want = math.min(quota, remaining) end
+      local got = take(parts[i], want)
+      remaining = remaining - got
+      if got < want then exhausted[i] = true elseif got > 0 then progress = true end
+    end
+  end
+  pass = pass + 1
+  if not progress then break end
+end
+flush_frontier()
+return out
+`)
+
+// settle: ARGV[4] now, ARGV[5] n, then 7 fields per request: kind (a, n,
+// r), partition, seq, lease ID, receipt, available-at (µs), reason.
+// Returns one code per request: 0 settled, 1 stale lease, 2 receipt mismatch.
+var settleScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local now = ARGV[4]
+local n = tonumber(ARGV[5])
+local res = {}
+local rm = {}
+local woke = false
+for i = 1, n do
+  local o = 5 + (i - 1) * 7
+  local kind, p, ss, lid, receipt = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local lkey = gb .. 'l:' .. p
+  local v = redis.call('HGET', lkey, ss)
+  local cur, att
+  if v then cur, att = string.match(v, '^([^:]*):(%d+)$') end
+  if not v or cur == '' or cur ~= lid then
+    res[i] = 1
+  elseif receipt ~= ss .. '-0' then
+    res[i] = 2
+  else
+    res[i] = 0
+    att = tonumber(att)
+    local seq = tonumber(ss)
+    if kind == 'n' and att < maxA then
+      redis.call('HSET', lkey, ss, ':' .. fmt(att))
+      redis.call('ZADD', gb .. 'd:' .. p, ARGV[o + 6], ss)
+      woke = true
+    else
+      redis.call('HDEL', lkey, ss)
+      local r = rm[p]
+      if r == nil then r = {}; rm[p] = r end
+      r[#r + 1] = ss
+      if kind == 'a' then
+        mark_terminal(p, seq)
+      elseif kind == 'r' then
+        dead(p, seq, att, ARGV[o + 7], now)
+      else
+        dead(p, seq, att, 'max_attempts: ' .. ARGV[o + 7], now)
+      end
+    end
+  end
+end
+for p, list in pairs(rm) do
+  bulk({'ZREM', gb .. 'd:' .. p}, list, 1000)
+  local ids = {}
+  for i, ss in ipairs(list) do ids[i] = ss .. '-0' end
+  bulk({'XACK', skey(p), group}, ids, 1000)
+end
+flush_frontier()
+if woke then wake() end
+return res
+`)
+
+// renew: ARGV[4] partition, ARGV[5] seq, ARGV[6] lease ID, ARGV[7] receipt,
+// ARGV[8] new expiry (µs). Returns 0, 1 (stale) or 2 (receipt mismatch).
+var renewScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local p, ss = ARGV[4], ARGV[5]
+local v = redis.call('HGET', gb .. 'l:' .. p, ss)
+local cur
+if v then cur = string.match(v, '^([^:]*):') end
+if not v or cur == '' or cur ~= ARGV[6] then return 1 end
+if ARGV[7] ~= ss .. '-0' then return 2 end
+redis.call('ZADD', gb .. 'd:' .. p, ARGV[8], ss)
+return 0
+`)
+
+// lag returns {partitions, hw-hash-flat, rows of (frontier, min reopened or
+// -1) per partition}.
+var lagScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+local fr = redis.call('HGETALL', gb .. 'f')
+local rows = {}
+for p = 0, n - 1 do
+  local r = redis.call('ZRANGE', gb .. 'r:' .. p, 0, 0)
+  rows[#rows + 1] = r[1] or '-1'
+end
+return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
+`)
+
+// groupStats returns {inflight, available, dead letters}.
+var groupStatsScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+local inflight, avail = 0, 0
+for p = 0, n - 1 do
+  local vals = redis.call('HVALS', gb .. 'l:' .. p)
+  for _, v in ipairs(vals) do
+    if string.sub(v, 1, 1) == ':' then avail = avail + 1 else inflight = inflight + 1 end
+  end
+  local hw = tonumber(redis.call('HGET', base .. 'hw', p) or '0')
+  local c = cursor(p)
+  if hw > c then avail = avail + hw - c end
+end
+return {inflight, avail, redis.call('ZCARD', gb .. 'q')}
+`)
+
+// deadLetters: ARGV[4] after event ID (or ""), ARGV[5] limit. Returns rows
+// {partition, seq, "attempts:at:reason", fields}.
+var deadLettersScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local lo = '-inf'
+if ARGV[4] ~= '' then
+  local v = redis.call('HGET', base .. 'ids', ARGV[4])
+  local sc = v and redis.call('ZSCORE', gb .. 'q', v)
+  if not sc then return redis.error_reply('RHEO_NOCURSOR') end
+  lo = '(' .. sc
+end
+local ms = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, '+inf', 'LIMIT', 0, tonumber(ARGV[5]))
+local out = {}
+for _, m in ipairs(ms) do
+  local p, s = string.match(m, '^(%d+):(%d+)$')
+  local r = redis.call('XRANGE', skey(p), s .. '-0', s .. '-0')
+  out[#out + 1] = {tonumber(p), tonumber(s), redis.call('HGET', gb .. 'qh', m) or '0:0:', r[1] and r[1][2] or {}}
+end
+return out
+`)
+
+// replay: ARGV[4] number of (partition, from) pairs, the pairs, then the
+// number of (partition, seq) event refs and the refs.
+var replayScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local nf = tonumber(ARGV[4])
+local o = 5
+for i = 1, nf do
+  local p, s = ARGV[o], tonumber(ARGV[o + 1])
+  o = o + 2
+  local lkey, dkey = gb .. 'l:' .. p, gb .. 'd:' .. p
+  local c = cursor(p)
+  local newc = math.min(c, s)
+  local drop, acks = {}, {}
+  for _, ss in ipairs(redis.call('HKEYS', lkey)) do
+    if tonumber(ss) > s then
+      drop[#drop + 1] = ss
+      acks[#acks + 1] = ss .. '-0'
+    end
+  end
+  if #drop > 0 then
+    bulk({'HDEL', lkey}, drop, 1000)
+    bulk({'ZREM', dkey}, drop, 1000)
+    bulk({'XACK', skey(p), group}, acks, 1000)
+  end
+  redis.call('ZREMRANGEBYSCORE', gb .. 't:' .. p, '(' .. fmt(s), '+inf')
+  redis.call('ZREMRANGEBYSCORE', gb .. 'r:' .. p, '(' .. fmt(s), '+inf')
+  local pn = tonumber(p)
+  local lo, hi = '(' .. fmt(pn * PSHIFT + s), fmt(pn * PSHIFT + PSHIFT - 1)
+  local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
+  if #dl > 0 then
+    bulk({'HDEL', gb .. 'qh'}, dl, 1000)
+    redis.call('ZREMRANGEBYSCORE', gb .. 'q', lo, hi)
+  end
+  if getF(p) > s then
+    redis.call('HSET', gb .. 'f', p, fmt(s))
+    F[p] = s
+  end
+  redis.call('XGROUP', 'SETID', skey(p), group, fmt(newc) .. '-0')
+end
+local ne = tonumber(ARGV[o])
+o = o + 1
+local cur = {}
+for i = 1, ne do
+  local p, seq = ARGV[o], tonumber(ARGV[o + 1])
+  o = o + 2
+  if cur[p] == nil then cur[p] = cursor(p) end
+  if seq <= cur[p] then reopen(p, seq) end
+end
+wake()
+return 1
+`)
+
+// redrive: ARGV[4] "all" or "ids", then event IDs. In "all" mode it reopens
+// at most 1000 dead letters per call. Returns how many it reopened.
+var redriveScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local ms = {}
+if ARGV[4] == 'all' then
+  ms = redis.call('ZRANGE', gb .. 'q', 0, 999)
+else
+  for i = 5, #ARGV do
+    local v = redis.call('HGET', base .. 'ids', ARGV[i])
+    if v and redis.call('ZSCORE', gb .. 'q', v) then ms[#ms + 1] = v end
+  end
+end
+local n = 0
+for _, m in ipairs(ms) do
+  local p, s = string.match(m, '^(%d+):(%d+)$')
+  if redis.call('ZSCORE', gb .. 'q', m) then
+    reopen(p, tonumber(s))
+    n = n + 1
+  end
+end
+if n > 0 then wake() end
+return n
+`)
+
+// reset: ARGV[4] number of (partition, start) pairs, then the pairs.
+var resetScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local n = tonumber(ARGV[4])
+for i = 0, n - 1 do
+  local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
+  local pn = tonumber(p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p)
+  local lo, hi = fmt(pn * PSHIFT), fmt(pn * PSHIFT + PSHIFT - 1)
+  local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
+  if #dl > 0 then
+    bulk({'HDEL', gb .. 'qh'}, dl, 1000)
+    redis.call('ZREMRANGEBYSCORE', gb .. 'q', lo, hi)
+  end
+  pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), group)
+  redis.call('XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
+  redis.call('HSET', gb .. 'f', p, s)
+end
+wake()
+return 1
+`)
+
+// allScripts are loaded by Migrate so the first calls go by SHA.
+var allScripts = []*goredis.Script{
+	createStreamScript, streamStateScript, appendScript, readScript, rangeScript, eventsScript,
+	createGroupScript, fetchScript, settleScript, renewScript, lagScript, groupStatsScript,
+	deadLettersScript, replayScript, redriveScript, resetScript,
+}
+
+// listGroups returns the stream's group names.
+var listGroupsScript = goredis.NewScript(common + `
+local e = need_stream(); if e then return e end
+return redis.call('HKEYS', base .. 'groups')
+`)
+
+func init() { allScripts = append(allScripts, listGroupsScript) }
