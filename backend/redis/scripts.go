@@ -428,12 +428,14 @@ local now = ARGV[4]
 local n = tonumber(ARGV[5])
 local res = {}
 local rm = {}
+local gone = {} -- settled earlier in this batch; their fences go in bulk below
 local woke = false
 for i = 1, n do
   local o = 5 + (i - 1) * 7
   local kind, p, ss, lid, receipt = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local lkey = gb .. 'l:' .. p
-  local v = redis.call('HGET', lkey, ss)
+  local v = nil
+  if not gone[p .. ':' .. ss] then v = redis.call('HGET', lkey, ss) end
   local cur, att
   if v then cur, att = string.match(v, '^([^:]*):(%d+)$') end
   if not v or cur == '' or cur ~= lid then
@@ -449,7 +451,7 @@ for i = 1, n do
       redis.call('ZADD', gb .. 'd:' .. p, ARGV[o + 6], ss)
       woke = true
     else
-      redis.call('HDEL', lkey, ss)
+      gone[p .. ':' .. ss] = true
       local r = rm[p]
       if r == nil then r = {}; rm[p] = r end
       r[#r + 1] = ss
@@ -464,6 +466,7 @@ for i = 1, n do
   end
 end
 for p, list in pairs(rm) do
+  bulk({'HDEL', gb .. 'l:' .. p}, list, 1000)
   bulk({'ZREM', gb .. 'd:' .. p}, list, 1000)
   local ids = {}
   for i, ss in ipairs(list) do ids[i] = ss .. '-0' end
