@@ -54,6 +54,8 @@ type faultBackend struct {
 
 	mu          sync.Mutex
 	fetchLimits []int
+	held        int // leases fetched and not settled (successful settles only)
+	maxAsked    int
 	settled     []rheo.SettleRequest // every settle request seen, failed or not
 	settleFault func(rheo.SettleRequest) error
 	renewFault  func(rheo.Lease) error
@@ -70,8 +72,23 @@ func (b *faultBackend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.L
 	b.fetches.Add(1)
 	b.mu.Lock()
 	b.fetchLimits = append(b.fetchLimits, r.Limit)
+	b.maxAsked = max(b.maxAsked, b.held+r.Limit)
 	b.mu.Unlock()
-	return b.Backend.Fetch(ctx, r)
+	ls, err := b.Backend.Fetch(ctx, r)
+	b.mu.Lock()
+	b.held += len(ls)
+	b.mu.Unlock()
+	return ls, err
+}
+
+// maxHeldAndAsked is the most leases the consumer could have held, had
+// every fetch been filled: leases fetched and not yet settled, plus the
+// fetch's limit, maximised over fetches. Settles are counted when they
+// return, before the consumer learns of them, so this never undercounts.
+func (b *faultBackend) maxHeldAndAsked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.maxAsked
 }
 
 func (b *faultBackend) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.Time) error {
@@ -120,6 +137,13 @@ func (b *faultBackend) Settle(ctx context.Context, stream, group string, reqs []
 	for j, i := range at {
 		errs[i] = res[j]
 	}
+	b.mu.Lock()
+	for _, err := range res {
+		if err == nil {
+			b.held--
+		}
+	}
+	b.mu.Unlock()
 	return errs, nil
 }
 
