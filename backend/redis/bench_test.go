@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/redis"
 )
 
 func benchPayload(i int) json.RawMessage {
@@ -67,4 +72,75 @@ func BenchmarkConsume(b *testing.B) {
 	lag, err := c.Lag(ctx, "bench", "workers")
 	require.NoError(b, err)
 	require.Zero(b, lag.Total)
+}
+
+// usedMemory reads INFO memory's used_memory.
+func usedMemory(b *testing.B, rc interface {
+	Info(ctx context.Context, section ...string) *goredis.StringCmd
+}) int64 {
+	info, err := rc.Info(context.Background(), "memory").Result()
+	require.NoError(b, err)
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(b, err)
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// BenchmarkMemory reports Redis memory per retained event (entry plus ID
+// index) and per in-flight lease (fence, due-time entry and pending entry),
+// from INFO memory deltas over 20,000 events with the payload of the other
+// benchmarks. Run it alone: other clients of the server skew the deltas.
+func BenchmarkMemory(b *testing.B) {
+	const n = 20000
+	for range b.N {
+		be, rc := newBackend(b)
+		c := rheo.New(be)
+		ctx := context.Background()
+		require.NoError(b, c.CreateStream(ctx, "mem", rheo.StreamConfig{Partitions: 4}))
+		require.NoError(b, c.CreateGroup(ctx, "mem", "g", rheo.GroupConfig{}))
+		m0 := usedMemory(b, rc)
+		batch := make([]rheo.Message, 100)
+		for i := 0; i < n; i += 100 {
+			for j := range batch {
+				batch[j] = rheo.Message{Type: "order.placed", Key: fmt.Sprint(i + j), Payload: benchPayload(i + j)}
+			}
+			_, err := c.AppendBatch(ctx, "mem", batch)
+			require.NoError(b, err)
+		}
+		m1 := usedMemory(b, rc)
+		for i := 0; i < n; i += 1000 {
+			_, err := c.Fetch(ctx, "mem", "g", rheo.FetchOptions{Limit: 1000, LeaseDuration: time.Hour})
+			require.NoError(b, err)
+		}
+		m2 := usedMemory(b, rc)
+		b.ReportMetric(float64(m1-m0)/n, "bytes/event")
+		b.ReportMetric(float64(m2-m1)/n, "bytes/lease")
+	}
+}
+
+// BenchmarkWakeLatency measures the time from an append returning to a
+// subscriber of another backend (another connection) being signalled.
+func BenchmarkWakeLatency(b *testing.B) {
+	be, _ := newBackend(b)
+	other := redis.New(testClient(b), redis.WithKeyPrefix(be.KeyPrefix()))
+	c := rheo.New(other)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "wake", rheo.StreamConfig{}))
+	ch, cancel := be.Subscribe("wake")
+	defer cancel()
+	var worst time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		_, err := c.Append(ctx, "wake", rheo.Message{})
+		require.NoError(b, err)
+		<-ch
+		worst = max(worst, time.Since(start))
+	}
+	b.ReportMetric(float64(worst.Microseconds()), "worst-µs")
 }
