@@ -40,6 +40,35 @@ func BenchmarkAppendBatch100(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
+// BenchmarkAppendBatch100Parallel is BenchmarkAppendBatch100 with two
+// producers (GOMAXPROCS goroutines), so client work overlaps Redis work.
+func BenchmarkAppendBatch100Parallel(b *testing.B) {
+	be, _ := newBackend(b)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "bench", rheo.StreamConfig{Partitions: 4}))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		batch := make([]rheo.Message, 100)
+		i := 0
+		for pb.Next() {
+			if i%100 == 0 {
+				for j := range batch {
+					batch[j] = rheo.Message{Type: "order.placed", Key: fmt.Sprint(i + j), Payload: benchPayload(i + j)}
+				}
+				_, err := c.AppendBatch(ctx, "bench", batch)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			i++
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
 // BenchmarkConsume fetches 100 leases and acks them in one AckBatch, over
 // events appended beforehand; ns/op is per event.
 func BenchmarkConsume(b *testing.B) {
