@@ -4,4 +4,5 @@ package main
 // its package is imported.
 import (
 	_ "github.com/rheo-go/rheo/backend/memory"
+	_ "github.com/rheo-go/rheo/backend/redis"
 )
