@@ -1,0 +1,349 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/rheo-go/rheo"
+)
+
+const poisonReason = "max_attempts: lease expired"
+
+// fetchSQL claims in one statement. It locks the group's cursor rows of the
+// requested partitions ({GPLOCK} is SKIP LOCKED on a first try, so that a
+// fetcher does not queue behind another one that is materializing the same
+// partitions, and empty on the retry), takes up to Limit claimable
+// deliveries per partition with FOR UPDATE SKIP LOCKED (two fetchers never
+// claim one row), dead-letters expired leases at the attempt limit (R6),
+// adds up to Limit events per partition past the cursor, ranks the
+// candidates by sequence within their partition and keeps the first Limit
+// by (rank, rotated partition) — a fair round robin across partitions that
+// is strict sequence order inside each — then leases the kept rows, inserts
+// the fresh ones already leased, advances the cursors and returns the
+// leases with their events.
+const fetchSQL = `
+WITH gp AS (
+	SELECT part, offered FROM {S}rheo_group_parts
+	WHERE grp_id = $1 AND part = ANY($3::int[])
+	ORDER BY part FOR UPDATE {GPLOCK}
+),
+old AS (
+	SELECT d.part, d.seq, d.status, d.attempt, d.event_id
+	FROM unnest($3::int[]) AS p(part) CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.status, x.attempt, x.event_id FROM {S}rheo_deliveries x
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.status < 2 AND x.due_at <= $5
+		ORDER BY x.seq LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	) d
+),
+poison AS (
+	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
+		due_at = NULL, lease_id = NULL, consumer_id = NULL
+	FROM old WHERE old.status = 1 AND old.attempt >= $9
+		AND d.grp_id = $1 AND d.part = old.part AND d.seq = old.seq
+	RETURNING d.seq
+),
+fresh AS (
+	SELECT e.part, e.seq, e.id
+	FROM gp CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.id FROM {S}rheo_events x
+		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
+		ORDER BY x.seq LIMIT $4
+	) e
+),
+cand AS (
+	SELECT c.*, row_number() OVER (PARTITION BY c.part ORDER BY c.seq) AS rn
+	FROM (
+		SELECT part, seq, attempt, event_id, false AS fresh FROM old WHERE NOT (status = 1 AND attempt >= $9)
+		UNION ALL
+		SELECT part, seq, 0, id, true FROM fresh
+	) c
+),
+pick AS (
+	SELECT part, seq, attempt, event_id, fresh,
+		row_number() OVER (ORDER BY rn, (part - $10 + 1024) % 1024) AS i
+	FROM cand ORDER BY rn, (part - $10 + 1024) % 1024 LIMIT $4
+),
+upd AS (
+	UPDATE {S}rheo_deliveries d SET status = 1, attempt = d.attempt + 1, lease_id = ($8::text[])[pick.i],
+		consumer_id = $7, leased_at = $5, expires_at = $6, due_at = $6
+	FROM pick WHERE NOT pick.fresh AND d.grp_id = $1 AND d.part = pick.part AND d.seq = pick.seq
+	RETURNING d.part, d.seq, d.attempt, d.lease_id
+),
+ins AS (
+	INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
+	SELECT $1, part, seq, event_id, 1, 1, ($8::text[])[i], $7, $5, $6, $6 FROM pick WHERE fresh
+	RETURNING part, seq, attempt, lease_id
+),
+adv AS (
+	UPDATE {S}rheo_group_parts g SET offered = m.top
+	FROM (SELECT part, max(seq) AS top FROM pick WHERE fresh GROUP BY part) m
+	WHERE g.grp_id = $1 AND g.part = m.part
+	RETURNING g.part
+),
+got AS (SELECT * FROM upd UNION ALL SELECT * FROM ins)
+SELECT (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id,
+	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
+FROM (SELECT 1) one
+LEFT JOIN (got JOIN {S}rheo_events e ON e.stream_id = $2 AND e.part = got.part AND e.seq = got.seq) ON true
+ORDER BY got.part, got.seq`
+
+// Fetch implements rheo.Backend in one round trip (two when another fetcher
+// holds the cursors of every requested partition and nothing else was
+// claimable: the retry waits for it instead of returning empty-handed).
+func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	g, err := b.group(ctx, r.Stream, r.Group)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]int32, len(r.Partitions))
+	for i, p := range r.Partitions {
+		if p < 0 || p >= g.parts {
+			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, r.Stream, g.parts)
+		}
+		parts[i] = int32(p)
+	}
+	ids := make([]string, r.Limit)
+	for i := range ids {
+		ids[i] = r.NewLeaseID()
+	}
+	first := parts[b.rotate(g.id, len(parts))]
+	now := r.Now.UnixMicro()
+	exp := r.Now.Add(r.LeaseDuration).UnixMicro()
+	for attempt := 0; ; attempt++ {
+		q := b.fetchSkip
+		if attempt > 0 {
+			q = b.fetchWait
+		}
+		leases, locked, err := b.fetch(ctx, q, r, g, parts, ids, first, now, exp)
+		if err != nil {
+			if attempt < 5 && retryable(err) {
+				continue
+			}
+			return nil, classify(err, true, "postgres: fetch from group %q of stream %q", r.Group, r.Stream)
+		}
+		if len(leases) > 0 || locked == len(parts) || attempt > 0 {
+			return leases, nil
+		}
+	}
+}
+
+func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
+	first int32, now, exp int64) ([]rheo.Lease, int, error) {
+	rows, err := b.pool.Query(ctx, q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
+		g.maxAttempts, first, poisonReason)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	leases := make([]rheo.Lease, 0, r.Limit)
+	locked := 0
+	leasedAt := time.UnixMicro(now).UTC()
+	expiresAt := time.UnixMicro(exp).UTC()
+	for rows.Next() {
+		var (
+			n                        int64
+			part, att                *int32
+			seq, ts                  *int64
+			leaseID, id, etype, ekey *string
+			payload, meta            []byte
+		)
+		if err := rows.Scan(&n, &part, &seq, &att, &leaseID, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
+			return nil, 0, err
+		}
+		locked = int(n)
+		if part == nil { // the one row of an empty claim
+			continue
+		}
+		e := rheo.Event{
+			ID: *id, Stream: r.Stream, Partition: int(*part), Sequence: *seq, Type: *etype, Key: *ekey,
+			Timestamp: time.UnixMicro(*ts).UTC(), Payload: json.RawMessage(payload),
+		}
+		if meta != nil {
+			if err := json.Unmarshal(meta, &e.Metadata); err != nil {
+				return nil, 0, err
+			}
+		}
+		leases = append(leases, rheo.Lease{
+			ID: *leaseID, Receipt: *leaseID, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
+			Attempt: int(*att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	return leases, locked, nil
+}
+
+// rotate returns which partition a group's next fetch serves first. It
+// lives in this process only: fairness does not need agreement.
+func (b *Backend) rotate(group int64, k int) int {
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	n := b.rr[group]
+	b.rr[group] = n + 1
+	return n % k
+}
+
+// renewSQL extends the current lease only.
+const renewSQL = `UPDATE {S}rheo_deliveries SET expires_at = $5, due_at = $5
+WHERE grp_id = $1 AND part = $2 AND seq = $3 AND status = 1 AND lease_id = $4 AND event_id = $6`
+
+// Renew implements rheo.Backend.
+func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
+	g, err := b.group(ctx, l.Stream, l.Group)
+	if err != nil {
+		return err
+	}
+	if l.Receipt != l.ID {
+		return receiptMismatch(l)
+	}
+	tag, err := b.pool.Exec(ctx, b.renewSQL, g.id, l.Event.Partition, l.Event.Sequence, l.ID, expiresAt.UnixMicro(), l.Event.ID)
+	if err != nil {
+		return classify(err, true, "postgres: renew lease %s in group %q", l.ID, l.Group)
+	}
+	if tag.RowsAffected() == 0 {
+		return staleLease(l)
+	}
+	return nil
+}
+
+func staleLease(l rheo.Lease) error {
+	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
+		l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
+}
+
+// receiptMismatch: this backend's receipt is the lease ID, so a lease whose
+// receipt differs from its ID was tampered with; it settles nothing.
+func receiptMismatch(l rheo.Lease) error {
+	return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q of stream %q: receipt is not the lease's",
+		l.ID, l.Event.ID, l.Group, l.Stream)
+}
+
+// settleSQL settles a batch in one statement: acks delete their rows (the
+// frontier is derived from the pending rows, so compaction is immediate and
+// no shared row is touched), nacks and rejects update theirs, every request
+// fenced on (status leased, lease ID, event ID). A nack that makes work
+// available notifies subscribers on commit.
+const settleSQL = `
+WITH r AS (
+	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[])
+		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, i)
+),
+acked AS (
+	DELETE FROM {S}rheo_deliveries d USING r
+	WHERE r.kind = 1 AND d.grp_id = $1 AND d.part = r.part AND d.seq = r.seq
+		AND d.status = 1 AND d.lease_id = r.lease_id AND d.event_id = r.event_id
+	RETURNING r.i
+),
+other AS (
+	UPDATE {S}rheo_deliveries d SET
+		status = CASE WHEN r.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
+		reason = CASE WHEN r.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || r.reason ELSE r.reason END,
+		due_at = CASE WHEN r.kind = 2 AND d.attempt < $10 THEN r.avail END,
+		dead_at = CASE WHEN r.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
+		lease_id = NULL, consumer_id = NULL, expires_at = NULL
+	FROM r
+	WHERE r.kind <> 1 AND d.grp_id = $1 AND d.part = r.part AND d.seq = r.seq
+		AND d.status = 1 AND d.lease_id = r.lease_id AND d.event_id = r.event_id
+	RETURNING r.i, d.status AS st
+),
+note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 LIMIT 1) x)
+SELECT i FROM acked
+UNION ALL SELECT i FROM other
+UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
+
+// Settle implements rheo.Backend in one statement per batch.
+func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	g, err := b.group(ctx, stream, group)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(reqs))
+	n := len(reqs)
+	parts := make([]int32, 0, n)
+	seqs := make([]int64, 0, n)
+	leaseIDs := make([]string, 0, n)
+	eventIDs := make([]string, 0, n)
+	kinds := make([]int32, 0, n)
+	reasons := make([]string, 0, n)
+	avail := make([]int64, 0, n)
+	at := make([]int, 0, n) // statement row -> request index
+	for i, r := range reqs {
+		l := r.Lease
+		switch {
+		case l.Event.Partition < 0 || l.Event.Partition >= g.parts:
+			errs[i] = staleLease(l)
+			continue
+		case l.Receipt != l.ID:
+			errs[i] = receiptMismatch(l)
+			continue
+		case r.Kind != rheo.SettleAck && r.Kind != rheo.SettleNack && r.Kind != rheo.SettleReject:
+			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, r.Kind)
+			continue
+		}
+		parts = append(parts, int32(l.Event.Partition))
+		seqs = append(seqs, l.Event.Sequence)
+		leaseIDs = append(leaseIDs, l.ID)
+		eventIDs = append(eventIDs, l.Event.ID)
+		kinds = append(kinds, int32(r.Kind))
+		reasons = append(reasons, r.Reason)
+		avail = append(avail, r.AvailableAt.UnixMicro())
+		at = append(at, i)
+	}
+	if len(at) == 0 {
+		return errs, nil
+	}
+	done := make([]bool, len(at))
+	for attempt := 0; ; attempt++ {
+		err = b.settle(ctx, g, now, parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, stream, done)
+		if err != nil && attempt < 5 && retryable(err) {
+			continue
+		}
+		break
+	}
+	if err != nil {
+		return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+	}
+	for j, i := range at {
+		if !done[j] {
+			errs[i] = staleLease(reqs[i].Lease)
+		}
+	}
+	return errs, nil
+}
+
+func (b *Backend) settle(ctx context.Context, g groupRef, now time.Time, parts []int32, seqs []int64, leaseIDs, eventIDs []string,
+	kinds []int32, reasons []string, avail []int64, stream string, done []bool) error {
+	rows, err := b.pool.Query(ctx, b.settleSQL, g.id, now.UnixMicro(), parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail,
+		g.maxAttempts, b.channel, stream)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i int64
+		if err := rows.Scan(&i); err != nil {
+			return err
+		}
+		if i >= 1 && int(i) <= len(done) {
+			done[i-1] = true
+		}
+	}
+	return rows.Err()
+}
+
+// prepared statement texts, with the schema substituted once.
+type statements struct {
+	fetchSkip, fetchWait, renewSQL, settleSQL, appendSQL string
+}
+
+func (b *Backend) prepareTexts() {
+	b.fetchSkip = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1))
+	b.fetchWait = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))
+	b.renewSQL = b.sqlf(renewSQL)
+	b.settleSQL = b.sqlf(settleSQL)
+	b.appendSQL = b.sqlf(appendSQL)
+}

@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rheo-go/rheo"
+)
+
+var sentinels = []error{
+	rheo.ErrStreamNotFound, rheo.ErrGroupNotFound, rheo.ErrAlreadyExists, rheo.ErrInvalidPartition,
+	rheo.ErrInvalidArgument, rheo.ErrStaleLease, rheo.ErrReceiptMismatch, rheo.ErrCursorNotFound,
+	rheo.ErrConfirmRequired, rheo.ErrNoEventsInRange, rheo.ErrUnsupported, rheo.ErrBackendUnavailable,
+	rheo.ErrAmbiguous, rheo.ErrClosed,
+}
+
+// classify maps a pgx/pgconn error onto rheo's vocabulary. write says the
+// statement may change state: when such a statement was (or may have been)
+// sent and the outcome was not heard — a timeout, a cancelled context, a
+// connection lost mid-flight — the change may have committed, so it is
+// ErrAmbiguous. When nothing was sent (connection refused, pool closed, a
+// failure pgconn reports as safe to retry) or the server rejected the
+// statement, nothing was written: ErrBackendUnavailable, or a more precise
+// sentinel for the server errors that name bad input.
+func classify(err error, write bool, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	for _, k := range sentinels {
+		if errors.Is(err, k) {
+			return err
+		}
+	}
+	msg := fmt.Sprintf(format, args...)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "23505":
+			return rheo.Wrap(rheo.ErrAlreadyExists, err, "%s", msg)
+		case pe.Code == "22P05", pe.Code == "22021", pe.Code == "54000", pe.Code == "22001",
+			pe.Code == "22P02" && strings.Contains(pe.Message, "json"):
+			// Untranslatable characters (a \u0000 in a payload), bad
+			// encoding, rows too large for an index: the input is at fault.
+			return rheo.Wrap(rheo.ErrInvalidArgument, err, "%s", msg)
+		case pe.Code == "3F000" || pe.Code == "42P01":
+			return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s (schema not migrated? run Migrate)", msg)
+		case strings.HasPrefix(pe.Code, "08") && write:
+			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s", msg)
+		}
+		// Any other server error aborted the statement (and its
+		// transaction): nothing was written.
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s", msg)
+	}
+	if pgconn.SafeToRetry(err) {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s", msg)
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s", msg)
+	}
+	if !write {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s", msg)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: outcome unknown", msg)
+	}
+	return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: connection lost, outcome unknown", msg)
+}
+
+// retryable reports errors after which a single-statement write can simply
+// run again: a deadlock or serialization failure rolled it back, and a
+// unique violation on an event ID means a concurrent append of the same ID
+// committed first (the retry returns the stored event).
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "40P01", "40001":
+		return true
+	case "23505":
+		return strings.Contains(pe.ConstraintName, "events_id")
+	}
+	return false
+}

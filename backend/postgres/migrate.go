@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/sqlstore"
+)
+
+// migrationLockKey32 and the schema's hash form the advisory lock every
+// Migrate of that schema takes (transaction scoped), so that processes
+// starting together migrate one at a time.
+const migrationLockKey32 = "1919444335" // "rheo" in ASCII
+
+// pgMigrations are PostgreSQL-only additions to the shared schema, versioned
+// separately (table rheo_schema_postgres) so that the shared migrations keep
+// their own numbering.
+var pgMigrations = []struct {
+	version int
+	stmts   []string
+}{
+	{1, []string{
+		// Metadata filters compile to containment (@>), which this serves.
+		`CREATE INDEX IF NOT EXISTS rheo_events_metadata ON rheo_events USING gin (metadata jsonb_path_ops)`,
+		// Payload filters compile to containment plus an exact path test.
+		`CREATE INDEX IF NOT EXISTS rheo_events_payload ON rheo_events USING gin (payload jsonb_path_ops)`,
+		// Dead letters are listed in (partition, sequence) order.
+		`CREATE INDEX IF NOT EXISTS rheo_deliveries_dead ON rheo_deliveries (grp_id, part, seq) WHERE status = 2`,
+	}},
+}
+
+// script is the whole migration as statements, in order, for schema. It is
+// idempotent: every version is applied only when the version tables say it
+// is missing.
+func script(schema string) ([]string, error) {
+	ms, err := sqlstore.Migrations(dialect{})
+	if err != nil {
+		return nil, err
+	}
+	qs := pgx.Identifier{schema}.Sanitize()
+	out := []string{
+		// One lock per schema: migrations of different schemas do not wait
+		// for each other. The schema is a validated identifier.
+		fmt.Sprintf("SELECT pg_advisory_xact_lock(%s, hashtext('%s'))", migrationLockKey32, schema),
+		"CREATE SCHEMA IF NOT EXISTS " + qs,
+		"SET LOCAL search_path TO " + qs,
+		"CREATE TABLE IF NOT EXISTS rheo_schema (version INTEGER PRIMARY KEY)",
+		"CREATE TABLE IF NOT EXISTS rheo_schema_postgres (version INTEGER PRIMARY KEY)",
+	}
+	for _, m := range ms {
+		body := strings.Join(m.Statements, ";\n\t")
+		out = append(out, fmt.Sprintf(
+			"DO $rheo$ BEGIN IF NOT EXISTS (SELECT 1 FROM rheo_schema WHERE version = %d) THEN\n\t%s;\n\tINSERT INTO rheo_schema (version) VALUES (%d);\nEND IF; END $rheo$",
+			m.Version, body, m.Version))
+	}
+	for _, m := range pgMigrations {
+		body := strings.Join(m.stmts, ";\n\t")
+		out = append(out, fmt.Sprintf(
+			"DO $rheo$ BEGIN IF NOT EXISTS (SELECT 1 FROM rheo_schema_postgres WHERE version = %d) THEN\n\t%s;\n\tINSERT INTO rheo_schema_postgres (version) VALUES (%d);\nEND IF; END $rheo$",
+			m.version, body, m.version))
+	}
+	return out, nil
+}
+
+// MigrationSQL returns the SQL that Migrate runs for schema (DefaultSchema
+// when empty), as one script to run in a single transaction, for users who
+// apply migrations with their own tool. It is idempotent and takes the same
+// advisory lock as Migrate, so the two can be mixed.
+func MigrationSQL(schema string) (string, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if !schemaRE.MatchString(schema) {
+		return "", rheo.Errorf(rheo.ErrInvalidArgument, "postgres: schema %q is not a plain identifier", schema)
+	}
+	stmts, err := script(schema)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("-- rheo PostgreSQL schema " + schema + "; run in one transaction.\nBEGIN;\n")
+	for _, s := range stmts {
+		b.WriteString(s)
+		b.WriteString(";\n")
+	}
+	b.WriteString("COMMIT;\n")
+	return b.String(), nil
+}
+
+// Migrate implements rheo.Backend: it creates the schema and applies the
+// missing migrations in one transaction under an advisory lock, so it is
+// idempotent and safe when several processes run it at once.
+func (b *Backend) Migrate(ctx context.Context) error {
+	stmts, err := script(b.schema)
+	if err != nil {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "postgres: migrate")
+	}
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return classify(err, true, "postgres: migrate schema %q", b.schema)
+	}
+	return nil
+}

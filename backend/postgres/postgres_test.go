@@ -1,0 +1,95 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
+	"github.com/rheo-go/rheo/rheotest"
+)
+
+const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+func dsn() string {
+	if v := os.Getenv("RHEO_TEST_POSTGRES"); v != "" {
+		return v
+	}
+	return defaultDSN
+}
+
+var (
+	poolOnce sync.Once
+	shared   *pgxpool.Pool
+	poolErr  error
+)
+
+// testPool returns a pool shared by the package's tests, skipping the test
+// loudly when the server is unreachable (failing under CI=true).
+func testPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	poolOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cfg, err := pgxpool.ParseConfig(dsn())
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 16
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err == nil {
+			err = p.Ping(ctx)
+		}
+		if err != nil {
+			poolErr = err
+			return
+		}
+		shared = p
+	})
+	if poolErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable under CI: %v", dsn(), poolErr)
+		}
+		t.Skipf("SKIPPING: PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable: %v", dsn(), poolErr)
+	}
+	return shared
+}
+
+func schemaName() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "rheotest_" + hex.EncodeToString(b[:])
+}
+
+// newBackend returns a migrated backend on a fresh schema, dropped at cleanup.
+func newBackend(t testing.TB) *postgres.Backend {
+	t.Helper()
+	pool := testPool(t)
+	schema := schemaName()
+	b, err := postgres.New(pool, postgres.WithSchema(schema))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, b.Migrate(ctx))
+	t.Cleanup(func() {
+		b.Close()
+		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		if err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	testPool(t)
+	rheotest.RunBackend(t, func(t testing.TB) rheo.Backend { return newBackend(t) })
+}
