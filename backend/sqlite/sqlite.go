@@ -1,0 +1,365 @@
+// Package sqlite is rheo's embedded, durable backend: one SQLite file,
+// through modernc.org/sqlite (pure Go, no cgo).
+//
+// Import it for its DSN registration:
+//
+//	import _ "github.com/rheo-go/rheo/backend/sqlite"
+//	client, err := rheo.Open(ctx, "sqlite:orders.db")
+//
+// or open it directly with options:
+//
+//	b, err := sqlite.Open(ctx, "orders.db", sqlite.WithSynchronous(sqlite.SynchronousFull))
+//	client := rheo.New(b)
+//
+// The DSN form accepts the same settings as query parameters:
+// sqlite:PATH?synchronous=full&busy_timeout=10s.
+//
+// # Connections and processes
+//
+// The file runs in WAL mode. Every write goes through one writer connection
+// whose transactions begin IMMEDIATE: writers in this process queue for it,
+// and writers in other processes wait on SQLite's write lock (up to the busy
+// timeout), so claims and settles stay atomic and leases exclusive even when
+// several OS processes open the same file and compete on one group. Reads
+// that need no transaction (Read, Query, Lag, stats) use a small pool of
+// read-only connections and never wait for writers.
+//
+// # Durability
+//
+// The synchronous setting is always set explicitly (drivers differ in
+// their default):
+//
+//   - SynchronousNormal (default): a committed transaction survives the
+//     crash or SIGKILL of any process using the file. A power loss or OS
+//     crash may roll back the last transactions committed before it, never
+//     corrupting the file.
+//   - SynchronousFull: every commit is fsynced to the WAL before it
+//     returns, so commits also survive power loss and OS crashes, at the
+//     cost of one fsync per write transaction.
+//
+// # Wakeups
+//
+// Backend implements rheo.Notifier. Commits in this process wake local
+// waiters at once. Commits by other processes are noticed by polling
+// PRAGMA data_version (a read of shared memory, no file I/O) every 50ms,
+// and only while someone in this process is subscribed.
+//
+// Schema and SQL are shared with the PostgreSQL backend through
+// internal/sqlstore; see that package for the data model.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/sqlstore"
+)
+
+func init() {
+	rheo.Register("sqlite", OpenDSN)
+}
+
+// Synchronous is SQLite's synchronous setting: what a commit survives.
+type Synchronous int
+
+const (
+	// SynchronousNormal survives process crashes; a power loss may roll
+	// back the latest commits (never corrupting the file).
+	SynchronousNormal Synchronous = iota
+	// SynchronousFull also survives power loss: one fsync per commit.
+	SynchronousFull
+)
+
+func (s Synchronous) String() string {
+	if s == SynchronousFull {
+		return "FULL"
+	}
+	return "NORMAL"
+}
+
+type options struct {
+	sync        Synchronous
+	busyTimeout time.Duration
+	readers     int
+	poll        time.Duration
+	migrate     bool
+}
+
+// Option configures Open.
+type Option func(*options)
+
+// WithSynchronous sets the durability of commits (default SynchronousNormal).
+func WithSynchronous(s Synchronous) Option { return func(o *options) { o.sync = s } }
+
+// WithBusyTimeout sets how long a write waits for another process holding
+// the file's write lock before failing with ErrBackendUnavailable
+// (default 5s).
+func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
+
+// WithReaders sets the size of the read-only connection pool (default 4).
+func WithReaders(n int) Option { return func(o *options) { o.readers = n } }
+
+// WithPollInterval sets how often a subscribed Backend checks for commits
+// by other processes (default 50ms).
+func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
+
+// WithoutMigrate makes Open leave the schema alone; call Migrate yourself.
+func WithoutMigrate() Option { return func(o *options) { o.migrate = false } }
+
+// Backend is the SQLite store. It implements rheo.Backend and rheo.Notifier.
+type Backend struct {
+	*sqlstore.Store
+	path string
+	opts options
+	w, r *sql.DB
+
+	subsMu   sync.Mutex
+	subs     map[string]map[chan struct{}]struct{}
+	nsubs    int
+	stopPoll context.CancelFunc
+	pollDone chan struct{}
+
+	closeOnce sync.Once
+}
+
+var (
+	_ rheo.Backend  = (*Backend)(nil)
+	_ rheo.Notifier = (*Backend)(nil)
+)
+
+// Open opens (creating if needed) the SQLite database at path and, unless
+// WithoutMigrate is given, brings its schema up to date.
+func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
+	o := options{busyTimeout: 5 * time.Second, readers: 4, poll: 50 * time.Millisecond, migrate: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if path == "" {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "sqlite: empty database path")
+	}
+	if o.readers < 1 {
+		o.readers = 1
+	}
+	if o.poll <= 0 {
+		o.poll = 50 * time.Millisecond
+	}
+	pragmas := func(extra ...string) string {
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)+")")
+		q.Add("_pragma", "synchronous("+o.sync.String()+")")
+		q.Add("_pragma", "foreign_keys(0)")
+		for _, e := range extra {
+			k, v, _ := strings.Cut(e, "=")
+			q.Add(k, v)
+		}
+		return "file:" + path + "?" + q.Encode()
+	}
+	w, err := sql.Open("sqlite", pragmas("_pragma=journal_mode(WAL)"))
+	if err != nil {
+		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
+	}
+	// One writer connection: writes in this process queue here instead of
+	// contending for the file lock.
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
+	}
+	// The poller holds one reader connection while anyone is subscribed.
+	r, err := sql.Open("sqlite", pragmas("_pragma=query_only(1)"))
+	if err != nil {
+		w.Close()
+		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
+	}
+	r.SetMaxOpenConns(o.readers + 1)
+	r.SetMaxIdleConns(o.readers + 1)
+	b := &Backend{path: path, opts: o, w: w, r: r, subs: map[string]map[chan struct{}]struct{}{}}
+	b.Store = sqlstore.New(sqlstore.Config{Dialect: dialect{}, Write: w, SingleWriter: true, Read: r, Changed: b.signal})
+	if o.migrate {
+		if err := b.Migrate(ctx); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// OpenDSN opens a "sqlite:PATH[?synchronous=normal|full&busy_timeout=DURATION]"
+// DSN. It is the OpenFunc registered for the "sqlite" scheme.
+func OpenDSN(ctx context.Context, dsn string) (rheo.Backend, error) {
+	rest, ok := strings.CutPrefix(dsn, "sqlite:")
+	if !ok {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q is not sqlite:PATH", dsn)
+	}
+	path, query, _ := strings.Cut(rest, "?")
+	var opts []Option
+	if query != "" {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "DSN %q", dsn)
+		}
+		for k, vs := range q {
+			v := vs[len(vs)-1]
+			switch k {
+			case "synchronous":
+				switch strings.ToLower(v) {
+				case "normal":
+					opts = append(opts, WithSynchronous(SynchronousNormal))
+				case "full":
+					opts = append(opts, WithSynchronous(SynchronousFull))
+				default:
+					return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: synchronous=%q (want normal or full)", dsn, v)
+				}
+			case "busy_timeout":
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "DSN %q: busy_timeout", dsn)
+				}
+				opts = append(opts, WithBusyTimeout(d))
+			default:
+				return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: unknown parameter %q (want synchronous, busy_timeout)", dsn, k)
+			}
+		}
+	}
+	if path == "" {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q has no path (want sqlite:PATH)", dsn)
+	}
+	return Open(ctx, path, opts...)
+}
+
+// Path returns the database file's path.
+func (b *Backend) Path() string { return b.path }
+
+// Settings describes the connection settings, for benchmarks and logs.
+func (b *Backend) Settings() string {
+	return fmt.Sprintf("journal_mode=WAL synchronous=%s busy_timeout=%s writers=1 readers=%d",
+		b.opts.sync, b.opts.busyTimeout, b.opts.readers)
+}
+
+// Close stops the wakeup poller and closes the connections.
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.subsMu.Lock()
+		stop, done := b.stopPoll, b.pollDone
+		b.stopPoll, b.pollDone = nil, nil
+		b.subsMu.Unlock()
+		if stop != nil {
+			stop()
+			<-done
+		}
+		b.Store.Release()
+		err = b.r.Close()
+		if werr := b.w.Close(); err == nil {
+			err = werr
+		}
+	})
+	return err
+}
+
+// Subscribe implements rheo.Notifier.
+func (b *Backend) Subscribe(stream string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	b.subsMu.Lock()
+	m := b.subs[stream]
+	if m == nil {
+		m = map[chan struct{}]struct{}{}
+		b.subs[stream] = m
+	}
+	m[ch] = struct{}{}
+	b.nsubs++
+	if b.nsubs == 1 && b.stopPoll == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		b.stopPoll, b.pollDone = cancel, make(chan struct{})
+		go b.poll(ctx, b.pollDone)
+	}
+	b.subsMu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			b.subsMu.Lock()
+			delete(b.subs[stream], ch)
+			if len(b.subs[stream]) == 0 {
+				delete(b.subs, stream)
+			}
+			b.nsubs--
+			var stop context.CancelFunc
+			var done chan struct{}
+			if b.nsubs == 0 {
+				stop, done = b.stopPoll, b.pollDone
+				b.stopPoll, b.pollDone = nil, nil
+			}
+			b.subsMu.Unlock()
+			if stop != nil {
+				stop()
+				<-done
+			}
+		})
+	}
+}
+
+// signal wakes the subscribers of stream without blocking.
+func (b *Backend) signal(stream string) {
+	b.subsMu.Lock()
+	defer b.subsMu.Unlock()
+	for ch := range b.subs[stream] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// poll notices commits by other processes: PRAGMA data_version changes
+// when another connection committed, and then the per-stream change
+// counters say which streams to wake.
+func (b *Backend) poll(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	conn, err := b.r.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	var version int64 = -1
+	seen := map[string]int64{}
+	t := time.NewTicker(b.opts.poll)
+	defer t.Stop()
+	for {
+		var v int64
+		if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err == nil && v != version {
+			first := version == -1
+			version = v
+			if rows, err := conn.QueryContext(ctx, "SELECT name, changes FROM rheo_streams"); err == nil {
+				for rows.Next() {
+					var name string
+					var n int64
+					if rows.Scan(&name, &n) != nil {
+						continue
+					}
+					if old, ok := seen[name]; (ok || !first) && old != n {
+						b.signal(name)
+					}
+					seen[name] = n
+				}
+				rows.Close()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

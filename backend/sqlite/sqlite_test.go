@@ -1,0 +1,73 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/sqlite"
+	"github.com/rheo-go/rheo/rheotest"
+)
+
+// open returns a fresh, migrated backend on a file in t's temp dir.
+func open(t testing.TB, opts ...sqlite.Option) *sqlite.Backend {
+	t.Helper()
+	b, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "rheo.db"), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	rheotest.RunBackend(t, func(t testing.TB) rheo.Backend { return open(t) })
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "rheo.db")
+	b, err := sqlite.Open(ctx, path, sqlite.WithoutMigrate())
+	require.NoError(t, err)
+	v, err := b.SchemaVersion(ctx)
+	require.Error(t, err, "no version table before Migrate")
+	require.NoError(t, b.Migrate(ctx))
+	v, err = b.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+
+	c := rheo.New(b)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	_, err = c.Append(ctx, "s", rheo.Message{ID: "e1", Payload: []byte(`{"a":1}`)})
+	require.NoError(t, err)
+	require.NoError(t, b.Migrate(ctx))
+	require.NoError(t, b.Close())
+
+	// Reopening migrates again: a no-op that keeps the data.
+	b, err = sqlite.Open(ctx, path)
+	require.NoError(t, err)
+	defer b.Close()
+	v, err = b.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	evs, err := b.Read(ctx, "s", 0, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, `{"a":1}`, string(evs[0].Payload))
+}
+
+func TestOpenDSN(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "dsn.db")
+	c, err := rheo.Open(ctx, "sqlite:"+path+"?synchronous=full&busy_timeout=2s")
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Ping(ctx))
+	require.Contains(t, c.Backend().(*sqlite.Backend).Settings(), "synchronous=FULL")
+
+	_, err = rheo.Open(ctx, "sqlite:"+path+"?synchronous=sometimes")
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+	_, err = rheo.Open(ctx, "sqlite:")
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+}

@@ -1,0 +1,87 @@
+// Package sqlstore is rheo's SQL backend logic, written once for SQLite
+// and PostgreSQL: the schema (embedded, versioned migrations), query
+// building, and the claim, settle, frontier, replay and reset logic. A
+// backend package supplies connections and a Dialect, and gets a *Store
+// that implements every rheo.Backend method but Close.
+//
+// # Data model
+//
+//   - rheo_streams(id, name, partitions, created_at, changes): streams are
+//     interned to integer ids so rows and indexes carry integers. changes
+//     grows in every transaction that may make work claimable (appends,
+//     nacks, replays, redrives, resets), a cheap cross-process signal.
+//   - rheo_partitions(stream_id, part, hwm): the sequence allocator per
+//     partition, which is also its high watermark. Append reserves a block
+//     with UPDATE … RETURNING, in ascending partition order.
+//   - rheo_events(stream_id, part, seq, id, etype, ekey, ts, payload,
+//     metadata): primary key (stream_id, part, seq), unique (stream_id, id)
+//     for idempotent appends, indexes on (stream_id, ts), (stream_id, etype)
+//     and (stream_id, ekey) for the common query filters.
+//   - rheo_groups(id, stream_id, name, max_attempts, created_at).
+//   - rheo_group_parts(grp_id, part, offered): the materialization cursor.
+//   - rheo_deliveries(grp_id, part, seq, event_id, status, attempt, lease_id,
+//     consumer_id, leased_at, expires_at, due_at, reason, dead_at): only
+//     pending deliveries (available, leased) and dead letters. An ack
+//     deletes its row at once, so the table is bounded by the in-flight
+//     window plus dead letters (SPEC R9). due_at is when a pending row
+//     becomes claimable (the nack's availability, or the lease's expiry).
+//
+// Every sequence at or below a group's cursor without a delivery row was
+// acked (or precedes the group's start), so the committed frontier needs
+// no bookkeeping: it is the sequence before the lowest pending delivery,
+// or the cursor when nothing is pending, read through a partial index on
+// pending rows. Holes block it by construction; dead letters do not.
+//
+// Times are integer microseconds since the epoch (exact for the facade's
+// microsecond times, and ordered). Payloads and metadata are JSON text
+// returned byte-identical.
+//
+// Fetch runs in one write transaction: dead-letter expired leases at the
+// attempt limit (R6), read claimable rows (due_at <= now, at most Limit per
+// partition, by sequence), share the limit across partitions round-robin
+// from a rotating first partition, claim rows with guarded UPDATEs, then
+// materialize events past the cursor directly as leased rows with one
+// multi-row INSERT and advance the cursor. Settle reads the named rows of
+// each partition once, fences every request (status leased, same lease ID,
+// same event, receipt = lease ID), deletes acked rows with one DELETE and
+// updates nacked and dead-lettered rows.
+//
+// # Writing SQL for both databases
+//
+// Shared SQL uses `?` placeholders (Dialect.Rebind turns them into `$n`)
+// and only the subset both databases speak: ON CONFLICT … DO NOTHING / DO
+// UPDATE with excluded, RETURNING, window functions, row-value-free
+// predicates. Everything else goes through Dialect: DDL types ({IDPK},
+// {TEXT}, {JSON}, {TABLEOPTS}), row locks (LockRows), text ordering, the
+// migration lock, JSON predicates for metadata and payload filters, and
+// error classification (unique violations, ambiguous commits). Names and
+// values reach SQL only as bind parameters.
+//
+// # Using it from PostgreSQL
+//
+// A PostgreSQL backend (pgx v5) wraps the user's pool with
+// stdlib.OpenDBFromPool and passes it as Config.Write and Config.Read with
+// SingleWriter false: write transactions then run concurrently through
+// BeginTx, and pgx caches prepared statements itself. Its Dialect should:
+//
+//   - Rebind with DollarRebind;
+//   - map {IDPK} to BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, {TEXT}
+//     to TEXT, and {JSON} to json (jsonb would reorder keys and lose the
+//     byte-identical payload; filters can cast, col::jsonb);
+//   - return " FOR UPDATE" from LockRows: Fetch locks the group's cursor
+//     rows (in partition order) before touching deliveries, so fetchers of
+//     one group serialise per partition and never claim a row twice;
+//     Settle locks the delivery rows it fences; every transaction takes
+//     locks in the order cursors, then deliveries, so none deadlock;
+//   - return ` COLLATE "C"` from TextOrder (bytewise order, like Go);
+//   - take pg_advisory_xact_lock in MigrationLock;
+//   - compile MetadataEq as col->>$k = $v and PayloadEq as
+//     (col::jsonb #> $path::text[]) = $v::jsonb (jsonb compares 2 and 2.0
+//     as equal, and never a number with a string);
+//   - classify SQLSTATE 23505 as a unique violation, and a connection lost
+//     during COMMIT as ambiguous.
+//
+// Config.InTx is where PostgreSQL sends pg_notify for the streams a
+// transaction woke, so the notification commits with the change; tables
+// live in the connection's search_path, so a schema per test isolates tests.
+package sqlstore

@@ -1,0 +1,247 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rheo-go/rheo"
+)
+
+// Delivery statuses. Acked deliveries are deleted at once, so they have no
+// status: a sequence at or below the group's cursor without a row is acked.
+const (
+	statusAvailable = 0
+	statusLeased    = 1
+	statusDead      = 2
+)
+
+// group resolves (stream, group); a missing stream is reported first.
+// Positive answers are cached: groups are never deleted and their id and
+// MaxAttempts never change.
+func (s *Store) group(ctx context.Context, x execer, stream, group string) (streamRef, groupRef, error) {
+	ref, err := s.stream(ctx, x, stream)
+	if err != nil {
+		return ref, groupRef{}, err
+	}
+	k := groupKey{ref.id, group}
+	s.cacheMu.RLock()
+	g, ok := s.groups[k]
+	s.cacheMu.RUnlock()
+	if ok {
+		return ref, g, nil
+	}
+	err = x.queryRow(ctx, "SELECT id, max_attempts FROM rheo_groups WHERE stream_id = ? AND name = ?", ref.id, group).
+		Scan(&g.id, &g.maxAttempts)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ref, g, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
+	}
+	if err != nil {
+		return ref, g, err
+	}
+	s.cacheMu.Lock()
+	s.groups[k] = g
+	s.cacheMu.Unlock()
+	return ref, g, nil
+}
+
+// CreateGroup implements rheo.Backend.
+func (s *Store) CreateGroup(ctx context.Context, spec rheo.GroupSpec) error {
+	return s.write(ctx, "create group "+quote(spec.Group), func(t *writeTx) error {
+		ref, err := s.stream(ctx, t.execer, spec.Stream)
+		if err != nil {
+			return err
+		}
+		var id int64
+		err = t.queryRow(ctx, "INSERT INTO rheo_groups (stream_id, name, max_attempts, created_at) VALUES (?, ?, ?, ?) "+
+			"ON CONFLICT (stream_id, name) DO NOTHING RETURNING id",
+			ref.id, spec.Group, spec.MaxAttempts, micros(spec.CreatedAt)).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return rheo.Errorf(rheo.ErrAlreadyExists, "group %q of stream %q", spec.Group, spec.Stream)
+		}
+		if err != nil {
+			return err
+		}
+		parts := make([]int, ref.parts)
+		for i := range parts {
+			parts[i] = i
+		}
+		for chunk := range slices.Chunk(parts, 256) {
+			var b Builder
+			b.S("INSERT INTO rheo_group_parts (grp_id, part, offered) VALUES ")
+			for i, p := range chunk {
+				if i > 0 {
+					b.S(", ")
+				}
+				b.S("(").Arg(id).S(", ").Arg(p).S(", ").Arg(spec.Start[p]).S(")")
+			}
+			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ListGroups implements rheo.Backend.
+func (s *Store) ListGroups(ctx context.Context, stream string) ([]string, error) {
+	x := s.reader()
+	ref, err := s.stream(ctx, x, stream)
+	if err != nil {
+		return nil, s.classify(err, "list groups of stream %q", stream)
+	}
+	rows, err := x.query(ctx, "SELECT name FROM rheo_groups WHERE stream_id = ?", ref.id)
+	if err != nil {
+		return nil, s.classify(err, "list groups of stream %q", stream)
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, s.classify(err, "list groups of stream %q", stream)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify(err, "list groups of stream %q", stream)
+	}
+	slices.SortFunc(out, strings.Compare)
+	return out, nil
+}
+
+// LagSQL reads, per partition of a group, the cursor, the high watermark
+// and the lowest pending sequence (NULL when nothing is pending). The
+// frontier is that sequence minus one, or the cursor.
+const LagSQL = "SELECT g.part, g.offered, p.hwm, " +
+	"(SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2) " +
+	"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part " +
+	"WHERE g.grp_id = ? ORDER BY g.part"
+
+// Lag implements rheo.Backend.
+func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+	x := s.reader()
+	ref, g, err := s.group(ctx, x, stream, group)
+	if err != nil {
+		return nil, s.classify(err, "lag of group %q", group)
+	}
+	rows, err := x.query(ctx, LagSQL, ref.id, g.id)
+	if err != nil {
+		return nil, s.classify(err, "lag of group %q", group)
+	}
+	defer rows.Close()
+	out := make([]rheo.PartitionLag, 0, ref.parts)
+	for rows.Next() {
+		var pl rheo.PartitionLag
+		var offered int64
+		var pending sql.NullInt64
+		if err := rows.Scan(&pl.Partition, &offered, &pl.HighWatermark, &pending); err != nil {
+			return nil, s.classify(err, "lag of group %q", group)
+		}
+		pl.Frontier = offered
+		if pending.Valid {
+			pl.Frontier = pending.Int64 - 1
+		}
+		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
+		out = append(out, pl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify(err, "lag of group %q", group)
+	}
+	return out, nil
+}
+
+// GroupStats implements rheo.Backend.
+func (s *Store) GroupStats(ctx context.Context, stream, group string, _ time.Time) (rheo.GroupStats, error) {
+	var st rheo.GroupStats
+	x := s.reader()
+	ref, g, err := s.group(ctx, x, stream, group)
+	if err != nil {
+		return st, s.classify(err, "stats of group %q", group)
+	}
+	rows, err := x.query(ctx, "SELECT status, COUNT(*) FROM rheo_deliveries WHERE grp_id = ? GROUP BY status", g.id)
+	if err != nil {
+		return st, s.classify(err, "stats of group %q", group)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status int
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			return st, s.classify(err, "stats of group %q", group)
+		}
+		switch status {
+		case statusAvailable:
+			st.Available += n
+		case statusLeased:
+			st.Inflight += n
+		case statusDead:
+			st.DeadLetters += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return st, s.classify(err, "stats of group %q", group)
+	}
+	var unoffered int64
+	err = x.queryRow(ctx, "SELECT COALESCE(SUM(CASE WHEN p.hwm > g.offered THEN p.hwm - g.offered ELSE 0 END), 0) "+
+		"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part WHERE g.grp_id = ?",
+		ref.id, g.id).Scan(&unoffered)
+	if err != nil {
+		return st, s.classify(err, "stats of group %q", group)
+	}
+	st.Available += unoffered
+	return st, nil
+}
+
+// DeadLetters implements rheo.Backend.
+func (s *Store) DeadLetters(ctx context.Context, stream, group, after string, limit int) ([]rheo.DeadLetter, error) {
+	x := s.reader()
+	ref, g, err := s.group(ctx, x, stream, group)
+	if err != nil {
+		return nil, s.classify(err, "dead letters of group %q", group)
+	}
+	fromPart, fromSeq := 0, int64(0)
+	if after != "" {
+		err := x.queryRow(ctx, "SELECT d.part, d.seq FROM rheo_events e JOIN rheo_deliveries d "+
+			"ON d.grp_id = ? AND d.part = e.part AND d.seq = e.seq AND d.status = 2 WHERE e.stream_id = ? AND e.id = ?",
+			g.id, ref.id, after).Scan(&fromPart, &fromSeq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q", after, group)
+		}
+		if err != nil {
+			return nil, s.classify(err, "dead letters of group %q", group)
+		}
+	}
+	rows, err := x.query(ctx, "SELECT d.attempt, d.reason, d.dead_at, "+eventColsOf("e")+
+		" FROM rheo_deliveries d JOIN rheo_events e ON e.stream_id = ? AND e.part = d.part AND e.seq = d.seq"+
+		" WHERE d.grp_id = ? AND d.status = 2 AND (d.part > ? OR (d.part = ? AND d.seq > ?))"+
+		" ORDER BY d.part, d.seq LIMIT ?", ref.id, g.id, fromPart, fromPart, fromSeq, limit)
+	if err != nil {
+		return nil, s.classify(err, "dead letters of group %q", group)
+	}
+	defer rows.Close()
+	out := []rheo.DeadLetter{}
+	for rows.Next() {
+		var dl rheo.DeadLetter
+		var reason sql.NullString
+		var deadAt sql.NullInt64
+		var sc eventScan
+		if err := rows.Scan(append([]any{&dl.Attempts, &reason, &deadAt}, sc.dest()...)...); err != nil {
+			return nil, s.classify(err, "dead letters of group %q", group)
+		}
+		e, err := sc.event(stream)
+		if err != nil {
+			return nil, s.classify(err, "dead letters of group %q", group)
+		}
+		dl.EventID, dl.Partition, dl.Sequence, dl.Event = e.ID, e.Partition, e.Sequence, e
+		dl.Reason, dl.DeadLetteredAt = reason.String, nullMicros(deadAt)
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify(err, "dead letters of group %q", group)
+	}
+	return out, nil
+}

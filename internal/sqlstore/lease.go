@@ -1,0 +1,469 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"time"
+
+	"github.com/rheo-go/rheo"
+)
+
+const poisonReason = "max_attempts: lease expired"
+
+// claimable is a delivery row that Fetch may lease.
+type claimable struct {
+	seq     int64
+	attempt int
+	eventID string
+}
+
+// Fetch implements rheo.Backend. In one write transaction it dead-letters
+// expired leases at the attempt limit (R6), reads the claimable deliveries
+// (available and due, or leased and expired: below the cursor), shares the
+// limit across partitions round-robin from a rotating first partition,
+// claims those rows and materializes the events past the cursor directly as
+// leased deliveries.
+func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	var leases []rheo.Lease
+	err := s.write(ctx, "fetch from group "+quote(r.Group), func(t *writeTx) error {
+		leases = leases[:0]
+		ref, g, err := s.group(ctx, t.execer, r.Stream, r.Group)
+		if err != nil {
+			return err
+		}
+		for _, p := range r.Partitions {
+			if p < 0 || p >= ref.parts {
+				return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, r.Stream, ref.parts)
+			}
+		}
+		now := micros(r.Now)
+		k := len(r.Partitions)
+		idx := make(map[int]int, k) // partition -> index in r.Partitions
+		for i, p := range r.Partitions {
+			idx[p] = i
+		}
+
+		// Cursors first (locked, in partition order), then high watermarks.
+		offered := make([]int64, k)
+		var b Builder
+		b.S("SELECT part, offered FROM rheo_group_parts WHERE grp_id = ").Arg(g.id)
+		inParts(&b, r.Partitions).S(" ORDER BY part" + s.d.LockRows())
+		if err := scanPairs(ctx, t.execer, &b, func(p int, v int64) { offered[idx[p]] = v }); err != nil {
+			return err
+		}
+		hwm := make([]int64, k)
+		b = Builder{}
+		b.S("SELECT part, hwm FROM rheo_partitions WHERE stream_id = ").Arg(ref.id)
+		inParts(&b, r.Partitions)
+		if err := scanPairs(ctx, t.execer, &b, func(p int, v int64) { hwm[idx[p]] = v }); err != nil {
+			return err
+		}
+
+		// R6: expired leases at the limit become dead letters, not claims.
+		b = Builder{}
+		b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
+			S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
+		inParts(&b, r.Partitions).S(" AND due_at <= ").Arg(now).S(" AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
+		if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+			return err
+		}
+
+		// Claimable rows, at most Limit per partition, in sequence order.
+		existing := make([][]claimable, k)
+		b = Builder{}
+		if k == 1 {
+			b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(g.id).
+				S(" AND part = ").Arg(r.Partitions[0]).S(" AND due_at <= ").Arg(now).S(" ORDER BY seq LIMIT ").Arg(r.Limit)
+		} else {
+			b.S("SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, " +
+				"ROW_NUMBER() OVER (PARTITION BY part ORDER BY seq) AS rn FROM rheo_deliveries WHERE grp_id = ").Arg(g.id)
+			inParts(&b, r.Partitions).S(" AND due_at <= ").Arg(now).S(") c WHERE rn <= ").Arg(r.Limit).S(" ORDER BY part, seq")
+		}
+		rows, err := t.query(ctx, b.SQL(), b.Args()...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var p int
+			var c claimable
+			if err := rows.Scan(&p, &c.seq, &c.attempt, &c.eventID); err != nil {
+				rows.Close()
+				return err
+			}
+			existing[idx[p]] = append(existing[idx[p]], c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+
+		// Share the limit: a quota per partition first, then leftovers, in
+		// a rotating order so no partition's backlog starves another.
+		avail := make([]int64, k)
+		for i := range k {
+			avail[i] = int64(len(existing[i])) + max(hwm[i]-offered[i], 0)
+		}
+		take := make([]int64, k)
+		first := s.rotate(g.id, k)
+		remaining := int64(r.Limit)
+		quota := (remaining + int64(k) - 1) / int64(k)
+		for pass := 0; remaining > 0; pass++ {
+			progress := false
+			for j := range k {
+				i := (first + j) % k
+				want := remaining
+				if pass == 0 {
+					want = min(quota, remaining)
+				}
+				n := min(want, avail[i]-take[i])
+				if n > 0 {
+					take[i] += n
+					remaining -= n
+					progress = true
+				}
+			}
+			if !progress {
+				break
+			}
+		}
+
+		leaseIDs := func() string { return r.NewLeaseID() }
+		exp := micros(r.Now.Add(r.LeaseDuration))
+		for i, p := range r.Partitions {
+			if take[i] == 0 {
+				continue
+			}
+			old := existing[i][:min(int64(len(existing[i])), take[i])]
+			fresh := take[i] - int64(len(old))
+			var err error
+			if leases, err = s.claimExisting(ctx, t, r, ref, g, p, old, now, exp, leaseIDs, leases); err != nil {
+				return err
+			}
+			if fresh > 0 {
+				if leases, err = s.materialize(ctx, t, r, ref, g, p, offered[i], fresh, now, exp, leaseIDs, leases); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if leases == nil {
+		leases = []rheo.Lease{}
+	}
+	return leases, nil
+}
+
+// rotate returns the index of the partition a group's next fetch serves
+// first. It lives in this process only: fairness does not need agreement.
+func (s *Store) rotate(group int64, k int) int {
+	s.rrMu.Lock()
+	defer s.rrMu.Unlock()
+	n := s.rr[group]
+	s.rr[group] = n + 1
+	return n % k
+}
+
+func inParts(b *Builder, parts []int) *Builder {
+	if len(parts) == 1 {
+		return b.S(" AND part = ").Arg(parts[0])
+	}
+	b.S(" AND part IN (")
+	return List(b, parts).S(")")
+}
+
+func scanPairs(ctx context.Context, x execer, b *Builder, f func(int, int64)) error {
+	rows, err := x.query(ctx, b.SQL(), b.Args()...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p int
+		var v int64
+		if err := rows.Scan(&p, &v); err != nil {
+			return err
+		}
+		f(p, v)
+	}
+	return rows.Err()
+}
+
+// claimExisting leases the claimable rows cs of partition p. A row whose
+// guarded UPDATE matches nothing was taken meanwhile (possible only where
+// writers run concurrently) and is skipped: fewer leases, never two.
+func (s *Store) claimExisting(ctx context.Context, t *writeTx, r rheo.FetchRequest, ref streamRef, g groupRef, p int,
+	cs []claimable, now, exp int64, newID func() string, out []rheo.Lease) ([]rheo.Lease, error) {
+	if len(cs) == 0 {
+		return out, nil
+	}
+	type claimed struct {
+		c  claimable
+		id string
+	}
+	got := make([]claimed, 0, len(cs))
+	for _, c := range cs {
+		id := newID()
+		res, err := t.exec(ctx, "UPDATE rheo_deliveries SET status = 1, attempt = attempt + 1, lease_id = ?, consumer_id = ?, "+
+			"leased_at = ?, expires_at = ?, due_at = ? WHERE grp_id = ? AND part = ? AND seq = ? AND due_at <= ?",
+			id, r.ConsumerID, now, exp, exp, g.id, p, c.seq, now)
+		if err != nil {
+			return out, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return out, err
+		} else if n == 1 {
+			got = append(got, claimed{c, id})
+		}
+	}
+	if len(got) == 0 {
+		return out, nil
+	}
+	seqs := make([]int64, len(got))
+	for i, c := range got {
+		seqs[i] = c.c.seq
+	}
+	var b Builder
+	b.S("SELECT " + eventCols + " FROM rheo_events WHERE stream_id = ").Arg(ref.id).S(" AND part = ").Arg(p).S(" AND seq IN (")
+	List(&b, seqs).S(")")
+	rows, err := t.query(ctx, b.SQL(), b.Args()...)
+	if err != nil {
+		return out, err
+	}
+	evs, err := scanEvents(rows, r.Stream, make([]rheo.Event, 0, len(seqs)))
+	if err != nil {
+		return out, err
+	}
+	bySeq := make(map[int64]rheo.Event, len(evs))
+	for _, e := range evs {
+		bySeq[e.Sequence] = e
+	}
+	for _, c := range got {
+		e, ok := bySeq[c.c.seq]
+		if !ok {
+			return out, rheo.Errorf(rheo.ErrBackendUnavailable, "event %d/%d of stream %q is missing", p, c.c.seq, r.Stream)
+		}
+		out = append(out, lease(r, c.id, c.c.attempt+1, now, exp, e))
+	}
+	return out, nil
+}
+
+func lease(r rheo.FetchRequest, id string, attempt int, now, exp int64, e rheo.Event) rheo.Lease {
+	return rheo.Lease{
+		ID: id, Receipt: id, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
+		Attempt: attempt, LeasedAt: fromMicros(now), ExpiresAt: fromMicros(exp), Event: e,
+	}
+}
+
+// materializeChunk bounds the rows of one delivery INSERT (13 parameters each).
+const materializeChunk = 100
+
+// materialize leases the next n events of partition p past the cursor,
+// inserting their deliveries already leased, and advances the cursor.
+func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest, ref streamRef, g groupRef, p int,
+	cursor, n, now, exp int64, newID func() string, out []rheo.Lease) ([]rheo.Lease, error) {
+	rows, err := t.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq",
+		ref.id, p, cursor, cursor+n)
+	if err != nil {
+		return out, err
+	}
+	evs, err := scanEvents(rows, r.Stream, make([]rheo.Event, 0, n))
+	if err != nil {
+		return out, err
+	}
+	if int64(len(evs)) != n {
+		return out, rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: %d events past sequence %d, want %d", r.Stream, p, len(evs), cursor, n)
+	}
+	start := len(out)
+	for _, e := range evs {
+		out = append(out, lease(r, newID(), 1, now, exp, e))
+	}
+	for chunk := range slices.Chunk(out[start:], materializeChunk) {
+		var b Builder
+		b.S("INSERT INTO rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at) VALUES ")
+		for i, l := range chunk {
+			if i > 0 {
+				b.S(", ")
+			}
+			b.S("(").Arg(g.id).S(", ").Arg(p).S(", ").Arg(l.Event.Sequence).S(", ").Arg(l.Event.ID).S(", 1, 1, ").
+				Arg(l.ID).S(", ").Arg(r.ConsumerID).S(", ").Arg(now).S(", ").Arg(exp).S(", ").Arg(exp).S(")")
+		}
+		if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+			return out, err
+		}
+	}
+	if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", cursor+n, g.id, p); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// Renew implements rheo.Backend.
+func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
+	return s.write(ctx, "renew lease "+l.ID, func(t *writeTx) error {
+		_, g, err := s.group(ctx, t.execer, l.Stream, l.Group)
+		if err != nil {
+			return err
+		}
+		if l.Receipt != l.ID {
+			return s.badReceipt(ctx, t, g, l)
+		}
+		exp := micros(expiresAt)
+		res, err := t.exec(ctx, "UPDATE rheo_deliveries SET expires_at = ?, due_at = ? "+
+			"WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ? AND event_id = ?",
+			exp, exp, g.id, l.Event.Partition, l.Event.Sequence, l.ID, l.Event.ID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return staleLease(l)
+		}
+		return nil
+	})
+}
+
+func staleLease(l rheo.Lease) error {
+	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q in group %q of stream %q", l.ID, l.Event.ID, l.Group, l.Stream)
+}
+
+func receiptMismatch(l rheo.Lease) error {
+	return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q of stream %q", l.ID, l.Event.ID, l.Group, l.Stream)
+}
+
+// badReceipt reports a lease whose receipt is not its ID: a receipt
+// mismatch when the lease is otherwise current, else a stale lease.
+func (s *Store) badReceipt(ctx context.Context, t *writeTx, g groupRef, l rheo.Lease) error {
+	var n int
+	err := t.queryRow(ctx, "SELECT COUNT(*) FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ? AND event_id = ?",
+		g.id, l.Event.Partition, l.Event.Sequence, l.ID, l.Event.ID).Scan(&n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return staleLease(l)
+	}
+	return receiptMismatch(l)
+}
+
+// settleRow is a delivery row as Settle reads it.
+type settleRow struct {
+	status  int
+	leaseID sql.NullString
+	eventID string
+	attempt int
+}
+
+// Settle implements rheo.Backend. Per partition it reads the named rows
+// once, fences every request in Go (same transaction, so nothing moves
+// underneath), deletes the acked rows in one statement (acked deliveries
+// are compacted at once; the frontier is derived from what stays pending)
+// and updates nacked and dead-lettered rows one by one.
+func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	errs := make([]error, len(reqs))
+	err := s.write(ctx, "settle in group "+quote(group), func(t *writeTx) error {
+		ref, g, err := s.group(ctx, t.execer, stream, group)
+		if err != nil {
+			return err
+		}
+		byPart := map[int][]int{}
+		for i, r := range reqs {
+			errs[i] = nil
+			p := r.Lease.Event.Partition
+			if p < 0 || p >= ref.parts {
+				errs[i] = staleLease(r.Lease)
+				continue
+			}
+			byPart[p] = append(byPart[p], i)
+		}
+		nowUS := micros(now)
+		for _, p := range sortedKeys(byPart) {
+			idx := byPart[p]
+			seqs := make([]int64, 0, len(idx))
+			for _, i := range idx {
+				seqs = append(seqs, reqs[i].Lease.Event.Sequence)
+			}
+			slices.Sort(seqs)
+			seqs = slices.Compact(seqs)
+			var b Builder
+			b.S("SELECT seq, status, lease_id, event_id, attempt FROM rheo_deliveries WHERE grp_id = ").Arg(g.id).
+				S(" AND part = ").Arg(p).S(" AND seq IN (")
+			List(&b, seqs).S(")" + s.d.LockRows())
+			rows, err := t.query(ctx, b.SQL(), b.Args()...)
+			if err != nil {
+				return err
+			}
+			cur := make(map[int64]*settleRow, len(seqs))
+			for rows.Next() {
+				var seq int64
+				var sr settleRow
+				if err := rows.Scan(&seq, &sr.status, &sr.leaseID, &sr.eventID, &sr.attempt); err != nil {
+					rows.Close()
+					return err
+				}
+				cur[seq] = &sr
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			var acks []int64
+			for _, i := range idx {
+				l := reqs[i].Lease
+				row := cur[l.Event.Sequence]
+				if row == nil || row.status != statusLeased || row.leaseID.String != l.ID || row.eventID != l.Event.ID {
+					errs[i] = staleLease(l)
+					continue
+				}
+				if l.Receipt != l.ID {
+					errs[i] = receiptMismatch(l)
+					continue
+				}
+				row.status = -1 // settled: a second request for it in this batch is stale
+				switch reqs[i].Kind {
+				case rheo.SettleAck:
+					acks = append(acks, l.Event.Sequence)
+				case rheo.SettleReject:
+					err = s.deadLetter(ctx, t, g, p, l.Event.Sequence, reqs[i].Reason, nowUS)
+				case rheo.SettleNack:
+					if row.attempt >= g.maxAttempts {
+						err = s.deadLetter(ctx, t, g, p, l.Event.Sequence, "max_attempts: "+reqs[i].Reason, nowUS)
+						break
+					}
+					_, err = t.exec(ctx, "UPDATE rheo_deliveries SET status = 0, reason = ?, due_at = ?, lease_id = NULL, consumer_id = NULL, "+
+						"expires_at = NULL WHERE grp_id = ? AND part = ? AND seq = ?",
+						reqs[i].Reason, micros(reqs[i].AvailableAt), g.id, p, l.Event.Sequence)
+					t.wake(stream)
+				default:
+					errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, reqs[i].Kind)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			for chunk := range slices.Chunk(acks, 500) {
+				var b Builder
+				b.S("DELETE FROM rheo_deliveries WHERE grp_id = ").Arg(g.id).S(" AND part = ").Arg(p).S(" AND seq IN (")
+				List(&b, chunk).S(")")
+				if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+func (s *Store) deadLetter(ctx context.Context, t *writeTx, g groupRef, p int, seq int64, reason string, now int64) error {
+	_, err := t.exec(ctx, "UPDATE rheo_deliveries SET status = 2, reason = ?, dead_at = ?, due_at = NULL, lease_id = NULL, "+
+		"consumer_id = NULL WHERE grp_id = ? AND part = ? AND seq = ?", reason, now, g.id, p, seq)
+	return err
+}

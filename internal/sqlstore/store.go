@@ -1,0 +1,531 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rheo-go/rheo"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Config is what a backend hands to New.
+type Config struct {
+	Dialect Dialect
+	// Write runs every write transaction.
+	Write *sql.DB
+	// SingleWriter pins one connection of Write and runs every write
+	// transaction on it, one at a time, as BEGIN IMMEDIATE … COMMIT issued
+	// by hand, with statements prepared once on that connection (SQLite: it
+	// serialises writers in this process and, through the write lock that
+	// BEGIN IMMEDIATE takes, across processes). Without it, write
+	// transactions run concurrently on the pool with BeginTx (PostgreSQL).
+	SingleWriter bool
+	// Read serves reads that need no transaction; it may be Write.
+	Read *sql.DB
+	// InTx, when set, runs inside each write transaction that may have made
+	// work claimable on the given streams, just before COMMIT (PostgreSQL
+	// sends its NOTIFY here, so the signal commits with the change).
+	InTx func(ctx context.Context, x Execer, streams []string) error
+	// Changed, when set, is called after such a transaction committed
+	// (in-process wakeups).
+	Changed func(stream string)
+}
+
+// Store implements rheo.Backend on a SQL database, except Close: the
+// backend owns the connections. See the package documentation.
+type Store struct {
+	d       Dialect
+	w, r    *sql.DB
+	single  bool
+	inTx    func(ctx context.Context, x Execer, streams []string) error
+	changed func(stream string)
+
+	rebound sync.Map // query -> rebound query
+
+	// The pinned writer connection (SingleWriter) and its statements.
+	wmu    sync.Mutex
+	wconn  *sql.Conn
+	wstmts map[string]*sql.Stmt
+
+	rstmtMu sync.Mutex
+	rstmts  map[string]*sql.Stmt
+
+	cacheMu sync.RWMutex
+	streams map[string]streamRef
+	groups  map[groupKey]groupRef
+
+	rrMu sync.Mutex
+	rr   map[int64]int // per group: rotates the first partition a fetch serves
+}
+
+type streamRef struct {
+	id      int64
+	parts   int
+	created time.Time
+}
+
+type groupKey struct {
+	stream int64
+	name   string
+}
+
+type groupRef struct {
+	id          int64
+	maxAttempts int
+}
+
+// New returns a Store over the connections in cfg.
+func New(cfg Config) *Store {
+	r := cfg.Read
+	if r == nil {
+		r = cfg.Write
+	}
+	return &Store{
+		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed,
+		wstmts:  map[string]*sql.Stmt{},
+		rstmts:  map[string]*sql.Stmt{},
+		streams: map[string]streamRef{},
+		groups:  map[groupKey]groupRef{},
+		rr:      map[int64]int{},
+	}
+}
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// Release closes the prepared statements and the pinned writer connection.
+// Call it before closing the pools.
+func (s *Store) Release() {
+	s.wmu.Lock()
+	s.dropWriter()
+	s.wmu.Unlock()
+	s.rstmtMu.Lock()
+	for _, st := range s.rstmts {
+		st.Close()
+	}
+	s.rstmts = map[string]*sql.Stmt{}
+	s.rstmtMu.Unlock()
+}
+
+// dropWriter forgets the pinned connection (after Release or an error that
+// may have broken it). The caller holds wmu.
+func (s *Store) dropWriter() {
+	for _, st := range s.wstmts {
+		st.Close()
+	}
+	s.wstmts = map[string]*sql.Stmt{}
+	if s.wconn != nil {
+		s.wconn.Close()
+		s.wconn = nil
+	}
+}
+
+// maxCachedStatements bounds each statement cache; statements built with
+// IN lists vary in shape, so a cache must not grow without bound.
+const maxCachedStatements = 512
+
+func (s *Store) rebind(q string) string {
+	if v, ok := s.rebound.Load(q); ok {
+		return v.(string)
+	}
+	r := s.d.Rebind(q)
+	s.rebound.Store(q, r)
+	return r
+}
+
+// Execer runs statements written with `?` placeholders inside a write
+// transaction (or, for reads, on the read pool).
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// execer runs statements on the pinned writer connection (prepared once and
+// cached), in a pooled transaction, or on the read pool.
+type execer struct {
+	s    *Store
+	conn *sql.Conn
+	tx   *sql.Tx
+	db   *sql.DB
+}
+
+// prepared returns a cached statement for q, or nil to run q unprepared.
+func (x execer) prepared(ctx context.Context, q string) *sql.Stmt {
+	switch {
+	case x.conn != nil: // the caller holds wmu
+		if st, ok := x.s.wstmts[q]; ok {
+			return st
+		}
+		if len(x.s.wstmts) >= maxCachedStatements {
+			return nil
+		}
+		st, err := x.conn.PrepareContext(ctx, q)
+		if err != nil {
+			return nil
+		}
+		x.s.wstmts[q] = st
+		return st
+	case x.db != nil:
+		x.s.rstmtMu.Lock()
+		defer x.s.rstmtMu.Unlock()
+		if st, ok := x.s.rstmts[q]; ok {
+			return st
+		}
+		if len(x.s.rstmts) >= maxCachedStatements {
+			return nil
+		}
+		st, err := x.db.PrepareContext(ctx, q)
+		if err != nil {
+			return nil
+		}
+		x.s.rstmts[q] = st
+		return st
+	}
+	return nil // pooled transactions: the driver caches (pgx does)
+}
+
+func (x execer) raw() Execer {
+	switch {
+	case x.conn != nil:
+		return x.conn
+	case x.tx != nil:
+		return x.tx
+	}
+	return x.db
+}
+
+func (x execer) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	q = x.s.rebind(q)
+	if st := x.prepared(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return x.raw().ExecContext(ctx, q, args...)
+}
+
+func (x execer) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	q = x.s.rebind(q)
+	if st := x.prepared(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return x.raw().QueryContext(ctx, q, args...)
+}
+
+func (x execer) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	q = x.s.rebind(q)
+	if st := x.prepared(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return x.raw().QueryRowContext(ctx, q, args...)
+}
+
+func (s *Store) reader() execer { return execer{s: s, db: s.r} }
+
+// writeTx is one write transaction: statements and the streams to signal.
+type writeTx struct {
+	execer
+	woke []string
+}
+
+// wake records that the transaction may make work claimable on stream.
+func (t *writeTx) wake(stream string) {
+	if !slices.Contains(t.woke, stream) {
+		t.woke = append(t.woke, stream)
+	}
+}
+
+// write runs fn in a write transaction. Driver errors are classified: any
+// failure before COMMIT is ErrBackendUnavailable (nothing was written), a
+// failed COMMIT is ErrAmbiguous when the dialect says it may have landed.
+func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) error) error {
+	t := &writeTx{execer: execer{s: s}}
+	var commit, rollback func() error
+	if s.single {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if s.wconn == nil {
+			c, err := s.w.Conn(ctx)
+			if err != nil {
+				return s.classify(err, "%s: connect", what)
+			}
+			s.wconn = c
+		}
+		c := s.wconn
+		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			// The connection may be broken; a fresh one is taken next time.
+			s.dropWriter()
+			return s.classify(err, "%s: begin", what)
+		}
+		t.conn = c
+		commit = func() error { _, err := c.ExecContext(context.Background(), "COMMIT"); return err }
+		rollback = func() error {
+			if _, err := c.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+				s.dropWriter()
+				return err
+			}
+			return nil
+		}
+	} else {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return s.classify(err, "%s: begin", what)
+		}
+		t.tx = tx
+		commit, rollback = tx.Commit, tx.Rollback
+	}
+	if err := s.run(ctx, t, fn); err != nil {
+		rollback()
+		return s.classify(err, "%s", what)
+	}
+	if err := commit(); err != nil {
+		rollback()
+		if s.d.CommitAmbiguous(err) {
+			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: commit", what)
+		}
+		return s.classify(err, "%s: commit", what)
+	}
+	if s.changed != nil {
+		for _, st := range t.woke {
+			s.changed(st)
+		}
+	}
+	return nil
+}
+
+// run runs fn and then the change signals of the streams it woke.
+func (s *Store) run(ctx context.Context, t *writeTx, fn func(t *writeTx) error) error {
+	if err := fn(t); err != nil {
+		return err
+	}
+	if len(t.woke) == 0 {
+		return nil
+	}
+	for _, st := range t.woke {
+		if _, err := t.exec(ctx, "UPDATE rheo_streams SET changes = changes + 1 WHERE name = ?", st); err != nil {
+			return err
+		}
+	}
+	if s.inTx != nil {
+		return s.inTx(ctx, t.raw(), t.woke)
+	}
+	return nil
+}
+
+var sentinels = []error{
+	rheo.ErrStreamNotFound, rheo.ErrGroupNotFound, rheo.ErrAlreadyExists, rheo.ErrInvalidPartition,
+	rheo.ErrInvalidArgument, rheo.ErrStaleLease, rheo.ErrReceiptMismatch, rheo.ErrCursorNotFound,
+	rheo.ErrConfirmRequired, rheo.ErrNoEventsInRange, rheo.ErrUnsupported, rheo.ErrBackendUnavailable,
+	rheo.ErrAmbiguous, rheo.ErrClosed,
+}
+
+// classify returns err unchanged when it already speaks rheo's vocabulary,
+// and otherwise wraps it as ErrBackendUnavailable (the store did not do
+// what was asked; nothing partial was committed).
+func (s *Store) classify(err error, format string, args ...any) error {
+	for _, k := range sentinels {
+		if errors.Is(err, k) {
+			return err
+		}
+	}
+	return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s: %s", s.d.Name(), fmt.Sprintf(format, args...))
+}
+
+// Ping checks the store answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.r.PingContext(ctx); err != nil {
+		return s.classify(err, "ping")
+	}
+	return nil
+}
+
+// Migrations returns the schema migrations, in version order, with the
+// dialect's types substituted. Version n is the file whose name starts with
+// n (e.g. 0001_init.sql).
+func Migrations(d Dialect) ([]Migration, error) {
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	pairs := []string{}
+	for k, v := range d.Types() {
+		pairs = append(pairs, k, v)
+	}
+	rep := strings.NewReplacer(pairs...)
+	out := make([]Migration, 0, len(files))
+	for _, f := range files {
+		base := strings.TrimPrefix(f, "migrations/")
+		num, _, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: no version prefix", f)
+		}
+		raw, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var stmts []string
+		for _, st := range strings.Split(stripComments(string(raw)), ";") {
+			if st = strings.TrimSpace(st); st != "" {
+				stmts = append(stmts, rep.Replace(st))
+			}
+		}
+		out = append(out, Migration{Version: v, Name: base, Statements: stmts})
+	}
+	return out, nil
+}
+
+// Migration is one schema version.
+type Migration struct {
+	Version    int
+	Name       string
+	Statements []string
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// Migrate applies the migrations the database lacks, in one transaction,
+// recording each version in rheo_schema. Running it again is a no-op.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := Migrations(s.d)
+	if err != nil {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "migrate")
+	}
+	return s.write(ctx, "migrate", func(t *writeTx) error {
+		x := t.raw()
+		if l := s.d.MigrationLock(); l != "" {
+			if _, err := x.ExecContext(ctx, l); err != nil {
+				return err
+			}
+		}
+		if _, err := x.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS rheo_schema (version INTEGER PRIMARY KEY)"); err != nil {
+			return err
+		}
+		var cur int
+		if err := x.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM rheo_schema").Scan(&cur); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.Version <= cur {
+				continue
+			}
+			for _, st := range m.Statements {
+				if _, err := x.ExecContext(ctx, st); err != nil {
+					return fmt.Errorf("migration %s: %w", m.Name, err)
+				}
+			}
+			if _, err := x.ExecContext(ctx, s.rebind("INSERT INTO rheo_schema (version) VALUES (?)"), m.Version); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SchemaVersion returns the highest applied migration (0 before Migrate).
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM rheo_schema").Scan(&v)
+	if err != nil {
+		return 0, s.classify(err, "schema version")
+	}
+	return v, nil
+}
+
+// Times are stored as integer microseconds since the epoch: exact for the
+// facade's microsecond times, and ordered like the times themselves.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+// eventCols are the columns scanEvent reads, in order.
+const eventCols = "id, part, seq, etype, ekey, ts, payload, metadata"
+
+// eventColsOf is eventCols qualified by a table alias.
+func eventColsOf(alias string) string {
+	return alias + ".id, " + alias + ".part, " + alias + ".seq, " + alias + ".etype, " + alias + ".ekey, " +
+		alias + ".ts, " + alias + ".payload, " + alias + ".metadata"
+}
+
+// eventScan holds the scan targets of one event row.
+type eventScan struct {
+	id, etype, ekey string
+	part            int
+	seq, ts         int64
+	payload         []byte
+	meta            []byte
+}
+
+func (e *eventScan) dest() []any {
+	return []any{&e.id, &e.part, &e.seq, &e.etype, &e.ekey, &e.ts, &e.payload, &e.meta}
+}
+
+func (e *eventScan) event(stream string) (rheo.Event, error) {
+	ev := rheo.Event{
+		ID: e.id, Stream: stream, Partition: e.part, Sequence: e.seq, Type: e.etype, Key: e.ekey,
+		Timestamp: fromMicros(e.ts), Payload: json.RawMessage(e.payload),
+	}
+	if e.meta != nil {
+		if err := json.Unmarshal(e.meta, &ev.Metadata); err != nil {
+			return ev, fmt.Errorf("event %q: metadata: %w", e.id, err)
+		}
+	}
+	return ev, nil
+}
+
+func scanEvents(rows *sql.Rows, stream string, out []rheo.Event) ([]rheo.Event, error) {
+	defer rows.Close()
+	var sc eventScan
+	for rows.Next() {
+		if err := rows.Scan(sc.dest()...); err != nil {
+			return out, err
+		}
+		e, err := sc.event(stream)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// encodeMeta stores nil metadata as NULL and anything else as a JSON object,
+// so that events come back as they went in.
+func encodeMeta(m map[string]string) (any, error) {
+	if m == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}

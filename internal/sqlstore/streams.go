@@ -1,0 +1,300 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rheo-go/rheo"
+)
+
+// stream resolves a stream name. Positive answers are cached: a stream's id
+// and partition count never change and streams are never deleted.
+func (s *Store) stream(ctx context.Context, x execer, name string) (streamRef, error) {
+	s.cacheMu.RLock()
+	ref, ok := s.streams[name]
+	s.cacheMu.RUnlock()
+	if ok {
+		return ref, nil
+	}
+	var created int64
+	err := x.queryRow(ctx, "SELECT id, partitions, created_at FROM rheo_streams WHERE name = ?", name).
+		Scan(&ref.id, &ref.parts, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ref, rheo.Errorf(rheo.ErrStreamNotFound, "stream %q", name)
+	}
+	if err != nil {
+		return ref, err
+	}
+	ref.created = fromMicros(created)
+	s.cacheMu.Lock()
+	s.streams[name] = ref
+	s.cacheMu.Unlock()
+	return ref, nil
+}
+
+// CreateStream implements rheo.Backend.
+func (s *Store) CreateStream(ctx context.Context, info rheo.StreamInfo) error {
+	return s.write(ctx, "create stream "+quote(info.Name), func(t *writeTx) error {
+		var id int64
+		err := t.queryRow(ctx, "INSERT INTO rheo_streams (name, partitions, created_at) VALUES (?, ?, ?) "+
+			"ON CONFLICT (name) DO NOTHING RETURNING id", info.Name, info.Partitions, micros(info.CreatedAt)).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return rheo.Errorf(rheo.ErrAlreadyExists, "stream %q", info.Name)
+		}
+		if err != nil {
+			return err
+		}
+		parts := make([]int, info.Partitions)
+		for i := range parts {
+			parts[i] = i
+		}
+		for chunk := range slices.Chunk(parts, 256) {
+			var b Builder
+			b.S("INSERT INTO rheo_partitions (stream_id, part, hwm) VALUES ")
+			for i, p := range chunk {
+				if i > 0 {
+					b.S(", ")
+				}
+				b.S("(").Arg(id).S(", ").Arg(p).S(", 0)")
+			}
+			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Stream implements rheo.Backend.
+func (s *Store) Stream(ctx context.Context, stream string) (rheo.StreamState, error) {
+	x := s.reader()
+	ref, err := s.stream(ctx, x, stream)
+	if err != nil {
+		return rheo.StreamState{}, s.classify(err, "stream %q", stream)
+	}
+	hw, err := s.highWatermarks(ctx, x, ref)
+	if err != nil {
+		return rheo.StreamState{}, s.classify(err, "stream %q", stream)
+	}
+	return rheo.StreamState{
+		StreamInfo:     rheo.StreamInfo{Name: stream, Partitions: ref.parts, CreatedAt: ref.created},
+		HighWatermarks: hw,
+	}, nil
+}
+
+func (s *Store) highWatermarks(ctx context.Context, x execer, ref streamRef) ([]int64, error) {
+	rows, err := x.query(ctx, "SELECT part, hwm FROM rheo_partitions WHERE stream_id = ? ORDER BY part", ref.id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	hw := make([]int64, ref.parts)
+	for rows.Next() {
+		var p int
+		var h int64
+		if err := rows.Scan(&p, &h); err != nil {
+			return nil, err
+		}
+		if p >= 0 && p < len(hw) {
+			hw[p] = h
+		}
+	}
+	return hw, rows.Err()
+}
+
+// ListStreams implements rheo.Backend.
+func (s *Store) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
+	rows, err := s.reader().query(ctx, "SELECT name, partitions, created_at FROM rheo_streams")
+	if err != nil {
+		return nil, s.classify(err, "list streams")
+	}
+	defer rows.Close()
+	out := []rheo.StreamInfo{}
+	for rows.Next() {
+		var in rheo.StreamInfo
+		var created int64
+		if err := rows.Scan(&in.Name, &in.Partitions, &created); err != nil {
+			return nil, s.classify(err, "list streams")
+		}
+		in.CreatedAt = fromMicros(created)
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify(err, "list streams")
+	}
+	// Sorted here, bytewise, rather than by a collation that varies with
+	// the database's locale.
+	slices.SortFunc(out, func(a, b rheo.StreamInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// appendChunk is the most events one INSERT carries: a fixed size keeps
+// the number of distinct statement shapes (and cached statements) small.
+const appendChunk = 100
+
+// Append implements rheo.Backend.
+func (s *Store) Append(ctx context.Context, stream string, events []rheo.Event) ([]rheo.Event, error) {
+	out := slices.Clone(events)
+	err := s.write(ctx, "append to stream "+quote(stream), func(t *writeTx) error {
+		ref, err := s.stream(ctx, t.execer, stream)
+		if err != nil {
+			return err
+		}
+		stored, err := s.eventsByID(ctx, t.execer, stream, ref, events)
+		if err != nil {
+			return err
+		}
+		counts := map[int]int64{}
+		fresh := make([]int, 0, len(out))
+		for i := range out {
+			if e, ok := stored[out[i].ID]; ok {
+				out[i] = e
+				continue
+			}
+			if out[i].Partition < 0 || out[i].Partition >= ref.parts {
+				return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", out[i].Partition, stream, ref.parts)
+			}
+			counts[out[i].Partition]++
+			fresh = append(fresh, i)
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		// Reserve sequences partition by partition in ascending order (a
+		// fixed lock order for databases with row locks).
+		next := make(map[int]int64, len(counts))
+		for _, p := range sortedKeys(counts) {
+			var hwm int64
+			n := counts[p]
+			if err := t.queryRow(ctx, "UPDATE rheo_partitions SET hwm = hwm + ? WHERE stream_id = ? AND part = ? RETURNING hwm",
+				n, ref.id, p).Scan(&hwm); err != nil {
+				return err
+			}
+			next[p] = hwm - n + 1
+		}
+		for _, i := range fresh {
+			out[i].Sequence = next[out[i].Partition]
+			next[out[i].Partition]++
+		}
+		for chunk := range slices.Chunk(fresh, appendChunk) {
+			var b Builder
+			b.S("INSERT INTO rheo_events (stream_id, part, seq, id, etype, ekey, ts, payload, metadata) VALUES ")
+			for j, i := range chunk {
+				e := &out[i]
+				meta, err := encodeMeta(e.Metadata)
+				if err != nil {
+					return rheo.Wrap(rheo.ErrInvalidArgument, err, "event %q metadata", e.ID)
+				}
+				if j > 0 {
+					b.S(", ")
+				}
+				b.S("(").Arg(ref.id).S(", ").Arg(e.Partition).S(", ").Arg(e.Sequence).S(", ").Arg(e.ID).S(", ").
+					Arg(e.Type).S(", ").Arg(e.Key).S(", ").Arg(micros(e.Timestamp)).S(", ").Arg(string(e.Payload)).S(", ").
+					Arg(meta).S(")")
+			}
+			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+				if s.d.IsUniqueViolation(err) {
+					// Another writer stored one of these IDs between our
+					// check and insert (not possible on SQLite's single
+					// writer): report it as retryable.
+					return rheo.Wrap(rheo.ErrBackendUnavailable, err, "concurrent append of the same event ID")
+				}
+				return err
+			}
+		}
+		t.wake(stream)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eventsByID returns the stored events of the stream among events' IDs.
+func (s *Store) eventsByID(ctx context.Context, x execer, stream string, ref streamRef, events []rheo.Event) (map[string]rheo.Event, error) {
+	ids := make([]string, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	found, err := s.events(ctx, x, stream, ref, ids)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]rheo.Event, len(found))
+	for _, e := range found {
+		m[e.ID] = e
+	}
+	return m, nil
+}
+
+func (s *Store) events(ctx context.Context, x execer, stream string, ref streamRef, ids []string) ([]rheo.Event, error) {
+	var out []rheo.Event
+	for chunk := range slices.Chunk(ids, appendChunk) {
+		var b Builder
+		b.S("SELECT " + eventCols + " FROM rheo_events WHERE stream_id = ").Arg(ref.id).S(" AND id IN (")
+		List(&b, chunk).S(")")
+		rows, err := x.query(ctx, b.SQL(), b.Args()...)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = scanEvents(rows, stream, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Read implements rheo.Backend.
+func (s *Store) Read(ctx context.Context, stream string, partition int, after int64, limit int) ([]rheo.Event, error) {
+	x := s.reader()
+	ref, err := s.stream(ctx, x, stream)
+	if err != nil {
+		return nil, s.classify(err, "read stream %q", stream)
+	}
+	if partition < 0 || partition >= ref.parts {
+		return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", partition, stream, ref.parts)
+	}
+	rows, err := x.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? ORDER BY seq LIMIT ?",
+		ref.id, partition, after, limit)
+	if err != nil {
+		return nil, s.classify(err, "read stream %q partition %d", stream, partition)
+	}
+	out, err := scanEvents(rows, stream, make([]rheo.Event, 0, min(limit, 256)))
+	if err != nil {
+		return nil, s.classify(err, "read stream %q partition %d", stream, partition)
+	}
+	return out, nil
+}
+
+// Events implements rheo.Backend.
+func (s *Store) Events(ctx context.Context, stream string, ids []string) ([]rheo.Event, error) {
+	x := s.reader()
+	ref, err := s.stream(ctx, x, stream)
+	if err != nil {
+		return nil, s.classify(err, "events of stream %q", stream)
+	}
+	out, err := s.events(ctx, x, stream, ref, ids)
+	if err != nil {
+		return nil, s.classify(err, "events of stream %q", stream)
+	}
+	if out == nil {
+		out = []rheo.Event{}
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[int]V) []int {
+	ks := make([]int, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func quote(s string) string { return strconv.Quote(s) }
