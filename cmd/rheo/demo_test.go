@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
@@ -125,6 +130,45 @@ func requireSQLite(t *testing.T) {
 	}
 }
 
+// runBinary runs the built command in a fresh directory with RHEO_DSN unset.
+func runBinary(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		require.NoError(t, err)
+	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
+// checkProcessTimeline checks the timeline of a demo run with real worker
+// processes.
+func checkProcessTimeline(t *testing.T, out, errOut string, code int) {
+	t.Helper()
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	verbs, texts := timeline(t, out)
+	require.Equal(t, demoSteps, verbs, out)
+	require.Regexp(t, `^started as process \d+ \(rheo demo-worker --mode fetch-and-hang\)$`, texts[2])
+	require.Regexp(t, `^A leased order-1001 \(seq 1\) under L1=\w{8}, attempt 1, expires in 2s$`, texts[3])
+	require.Regexp(t, `^SIGKILL worker A \(pid \d+\) before it acked: signal: killed$`, texts[4])
+	require.Regexp(t, `^5: order-1001 still counts \(L1 is held by a dead worker; 1 lease inflight\)$`, texts[5])
+	require.Regexp(t, `^waited \d\.\ds of real time: L1 expired at`, texts[6])
+	require.Regexp(t, `^process \d+ leased order-1001 under L2=\w{8}, attempt 2, and acked it \(with 4 newer events\)$`, texts[7])
+	require.Regexp(t, `^resurrected A acks order-1001 with L1=\w{8} -> stale_lease`, texts[8])
+	require.Regexp(t, `^0: every event acked`, texts[9])
+	require.Regexp(t, `^order-1001 read back unchanged after 2 deliveries: \{.*"order_id":"order-1001"`, texts[10])
+	require.Regexp(t, `^type=order_placed country=NL -> seq 2, 4; all 5 events still in the log$`, texts[11])
+	require.Regexp(t, `(?m)^ok: every fact held in \d+\.\ds\.`, out)
+	require.Empty(t, errOut)
+}
+
 // TestDemoKillsARealWorkerProcess runs the demo as a user does: the built
 // binary on a fresh SQLite file, with worker processes it starts and kills.
 func TestDemoKillsARealWorkerProcess(t *testing.T) {
@@ -133,60 +177,72 @@ func TestDemoKillsARealWorkerProcess(t *testing.T) {
 
 	t.Run("timeline", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, "demo")
-		cmd.Dir = t.TempDir()
-		cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-
-		verbs, texts := timeline(t, out.String())
-		require.Equal(t, demoSteps, verbs, out.String())
-		require.Regexp(t, `^rheo demo on sqlite:\S+demo\.db, lease 2s`, out.String())
-		require.Regexp(t, `^started as process \d+ \(rheo demo-worker --mode fetch-and-hang\)$`, texts[2])
-		require.Regexp(t, `^A leased order-1001 \(seq 1\) under L1=\w{8}, attempt 1, expires in 2s$`, texts[3])
-		require.Regexp(t, `^SIGKILL worker A \(pid \d+\) before it acked: signal: killed$`, texts[4])
-		require.Regexp(t, `^5: order-1001 still counts \(L1 is held by a dead worker; 1 lease inflight\)$`, texts[5])
-		require.Regexp(t, `^waited \d\.\ds of real time: L1 expired at`, texts[6])
-		require.Regexp(t, `^process \d+ leased order-1001 under L2=\w{8}, attempt 2, and acked it \(with 4 newer events\)$`, texts[7])
-		require.Regexp(t, `^resurrected A acks order-1001 with L1=\w{8} -> stale_lease`, texts[8])
-		require.Regexp(t, `^0: every event acked`, texts[9])
-		require.Regexp(t, `^order-1001 read back unchanged after 2 deliveries: \{.*"order_id":"order-1001"`, texts[10])
-		require.Regexp(t, `^type=order_placed country=NL -> seq 2, 4; all 5 events still in the log$`, texts[11])
-		require.Regexp(t, `(?m)^ok: every fact held in \d+\.\ds\.`, out.String())
-		require.Empty(t, errOut.String())
+		out, errOut, code := runBinary(t, bin, "demo")
+		require.Regexp(t, `^rheo demo on sqlite:\S+demo\.db, lease 2s`, out)
+		checkProcessTimeline(t, out, errOut, code)
 	})
 
 	t.Run("lost ack", func(t *testing.T) {
 		t.Parallel()
-		cmd := exec.Command(bin, "demo", "--fault", "skip-ack")
-		cmd.Dir = t.TempDir()
-		cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "stdout:\n%s", out.String())
-		require.Equal(t, exitError, exit.ExitCode())
+		out, errOut, code := runBinary(t, bin, "demo", "--fault", "skip-ack")
+		require.Equal(t, exitError, code, "stdout:\n%s", out)
 		require.Equal(t, "rheo: demo failed at t9 (lag): after worker B's acks, lag is 5 with 5 leases inflight; "+
-			"want 0 and 0: the store did not record the acks\n", errOut.String())
-		verbs, _ := timeline(t, out.String())
+			"want 0 and 0: the store did not record the acks\n", errOut)
+		verbs, _ := timeline(t, out)
 		require.Equal(t, demoSteps[:9], verbs, "the demo stops at the broken fact")
 	})
 
 	t.Run("worker B too early", func(t *testing.T) {
 		t.Parallel()
-		cmd := exec.Command(bin, "demo", "--fault", "early-b")
-		cmd.Dir = t.TempDir()
-		cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "stdout:\n%s", out.String())
-		require.Equal(t, exitError, exit.ExitCode())
-		require.Contains(t, errOut.String(), "rheo: demo failed at t7 (worker B): worker B did not get order-1001 (it got 4 other events)")
+		out, errOut, code := runBinary(t, bin, "demo", "--fault", "early-b")
+		require.Equal(t, exitError, code, "stdout:\n%s", out)
+		require.Contains(t, errOut, "rheo: demo failed at t7 (worker B): worker B did not get order-1001 (it got 4 other events)")
 	})
+}
+
+// redisTestURL is the server the Redis test uses: RHEO_TEST_REDIS or the
+// local one.
+func redisTestURL() string {
+	if u := os.Getenv("RHEO_TEST_REDIS"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// TestDemoKillsARealWorkerProcessOnRedis runs the process demo on a shared
+// Redis server, under a key prefix of its own that it deletes afterwards.
+func TestDemoKillsARealWorkerProcessOnRedis(t *testing.T) {
+	t.Parallel()
+	opts, err := goredis.ParseURL(redisTestURL())
+	require.NoError(t, err)
+	rc := goredis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rc.Ping(ctx).Err(); err != nil {
+		_ = rc.Close()
+		msg := fmt.Sprintf("REDIS NOT REACHABLE at %s (set RHEO_TEST_REDIS): %v", redisTestURL(), err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPING: " + msg)
+	}
+	prefix := fmt.Sprintf("rheoclitest:%d:%06x:", os.Getpid(), rand.Uint32()&0xffffff)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := rc.Keys(ctx, prefix+"*").Result()
+		if len(keys) > 0 {
+			rc.Del(ctx, keys...)
+		}
+		_ = rc.Close()
+	})
+	sep := "?"
+	if strings.Contains(redisTestURL(), "?") {
+		sep = "&"
+	}
+	dsn := redisTestURL() + sep + "key_prefix=" + prefix
+
+	bin := buildRheo(t)
+	out, errOut, code := runBinary(t, bin, "demo", "--dsn", dsn)
+	require.Regexp(t, `^rheo demo on redis://\S+, lease 2s`, out)
+	checkProcessTimeline(t, out, errOut, code)
 }
