@@ -295,4 +295,3 @@ func drain(chs ...<-chan struct{}) {
 		}
 	}
 }
-
