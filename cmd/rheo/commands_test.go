@@ -99,8 +99,8 @@ func TestRedactHidesPasswords(t *testing.T) {
 func TestMigrateIsIdempotent(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	require.Contains(t, c.ok("migrate"), "migrated memory:")
-	require.Contains(t, c.ok("migrate"), "migrated memory:")
+	require.Contains(t, c.ok("migrate"), "migrated "+c.dsn)
+	require.Contains(t, c.ok("migrate"), "migrated "+c.dsn)
 	var v map[string]any
 	c.jsonOK(&v, "migrate")
 	require.Equal(t, true, v["migrated"])
@@ -535,7 +535,9 @@ func TestTailFollowsNewEventsWithoutTouchingGroups(t *testing.T) {
 	done := make(chan int, 1)
 	a := newApp(strings.NewReader(""), &out, &errOut)
 	a.getenv = func(string) string { return "" }
-	a.open = c.open
+	if c.open != nil {
+		a.open = c.open
+	}
 	go func() {
 		done <- a.run(context.Background(), []string{"--dsn", c.dsn, "tail", "orders", "--from-beginning",
 			"--limit", "4", "--interval", "5ms", "--json"})
@@ -574,7 +576,9 @@ func TestTailSkipsExistingEventsAndStopsOnCancel(t *testing.T) {
 	done := make(chan int, 1)
 	a := newApp(strings.NewReader(""), &out, &errOut)
 	a.getenv = func(string) string { return "" }
-	a.open = c.open
+	if c.open != nil {
+		a.open = c.open
+	}
 	go func() {
 		done <- a.run(context.Background(), []string{"--dsn", c.dsn, "tail", "orders", "--limit", "1", "--interval", "5ms"})
 	}()
@@ -590,12 +594,25 @@ func TestTailSkipsExistingEventsAndStopsOnCancel(t *testing.T) {
 	require.Equal(t, 0, code, errOut.String())
 	require.Regexp(t, `^\S+  p0 #\d+  \S+  type=- key=-  \{"new":\d+\}\n$`, out.String())
 
+	// Interrupt a tail that is running (it has printed): it exits 0.
+	var out2 syncBuffer
+	a2 := newApp(strings.NewReader(""), &out2, &errOut)
+	a2.getenv = func(string) string { return "" }
+	if c.open != nil {
+		a2.open = c.open
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- c.runCtx(ctx, "", "tail", "orders", "--interval", "5ms").code }()
+	go func() {
+		done <- a2.run(ctx, []string{"--dsn", c.dsn, "tail", "orders", "--from-beginning", "--interval", "5ms"})
+	}()
+	for i := 0; out2.String() == "" && i < 6000; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NotEmpty(t, out2.String(), "tail printed the existing events")
 	cancel()
 	select {
 	case code := <-done:
-		require.Equal(t, 0, code, "an interrupted tail exits cleanly")
+		require.Equal(t, 0, code, "an interrupted tail exits cleanly: %s", errOut.String())
 	case <-time.After(time.Minute):
 		t.Fatal("tail did not stop on cancel")
 	}
@@ -605,7 +622,7 @@ func TestTailSkipsExistingEventsAndStopsOnCancel(t *testing.T) {
 
 func TestBenchReportsRatesAndSettings(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
+	c := memoryCLI(t)
 	var rep struct {
 		Settings benchSettings `json:"settings"`
 		Results  []benchRate   `json:"results"`

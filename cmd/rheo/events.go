@@ -249,70 +249,13 @@ the existing events first. With --json it prints one JSON object per line.`,
 			if limit < 0 {
 				return usagef("tail: --limit %d is negative", limit)
 			}
-			stream := args[0]
 			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
+			err := a.tail(ctx, args[0], partitions, fromBeginning, interval, limit)
+			if err != nil && ctx.Err() != nil {
+				// Interrupted: stopping is what the user asked for.
+				return nil
 			}
-			defer c.Close()
-			parts, err := tailPartitions(ctx, c, stream, partitions)
-			if err != nil {
-				return err
-			}
-			after := make(map[int]int64, len(parts))
-			if !fromBeginning {
-				for _, p := range parts {
-					last, err := c.Query(ctx, rheo.Query{Stream: stream, Partitions: []int{p},
-						OrderBy: []rheo.Order{rheo.Desc(rheo.OrderSequence)}, Limit: 1})
-					if err != nil {
-						return err
-					}
-					if len(last) > 0 {
-						after[p] = last[0].Sequence
-					}
-				}
-			}
-			printed := 0
-			enc := json.NewEncoder(a.stdout)
-			for {
-				got := 0
-				for _, p := range parts {
-					evs, err := c.Read(ctx, stream, rheo.ReadOptions{Partition: p, After: after[p], Limit: tailBatch})
-					if err != nil {
-						if ctx.Err() != nil {
-							return nil
-						}
-						return err
-					}
-					for _, e := range evs {
-						if a.jsonOut {
-							if err := enc.Encode(toEventJSON(e)); err != nil {
-								return err
-							}
-						} else {
-							fmt.Fprintf(a.stdout, "%s  p%d #%d  %s  type=%s key=%s  %s\n",
-								fmtTime(e.Timestamp), e.Partition, e.Sequence, e.ID, dash(e.Type), dash(e.Key), e.Payload)
-						}
-						after[p] = e.Sequence
-						printed++
-						got++
-						if limit > 0 && printed >= limit {
-							return nil
-						}
-					}
-				}
-				if got > 0 {
-					continue
-				}
-				tick := time.NewTimer(interval)
-				select {
-				case <-ctx.Done():
-					tick.Stop()
-					return nil
-				case <-tick.C:
-				}
-			}
+			return err
 		}),
 	}
 	fs := cmd.Flags()
@@ -321,6 +264,69 @@ the existing events first. With --json it prints one JSON object per line.`,
 	fs.DurationVar(&interval, "interval", 200*time.Millisecond, "how often to poll for new events")
 	fs.IntVar(&limit, "limit", 0, "stop after printing this many events (0: never)")
 	return cmd
+}
+
+// tail prints the stream's events as they come, polling each partition.
+func (a *app) tail(ctx context.Context, stream string, partitions []int, fromBeginning bool, interval time.Duration, limit int) error {
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	parts, err := tailPartitions(ctx, c, stream, partitions)
+	if err != nil {
+		return err
+	}
+	after := make(map[int]int64, len(parts))
+	if !fromBeginning {
+		for _, p := range parts {
+			last, err := c.Query(ctx, rheo.Query{Stream: stream, Partitions: []int{p},
+				OrderBy: []rheo.Order{rheo.Desc(rheo.OrderSequence)}, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(last) > 0 {
+				after[p] = last[0].Sequence
+			}
+		}
+	}
+	printed := 0
+	enc := json.NewEncoder(a.stdout)
+	for {
+		got := 0
+		for _, p := range parts {
+			evs, err := c.Read(ctx, stream, rheo.ReadOptions{Partition: p, After: after[p], Limit: tailBatch})
+			if err != nil {
+				return err
+			}
+			for _, e := range evs {
+				if a.jsonOut {
+					if err := enc.Encode(toEventJSON(e)); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(a.stdout, "%s  p%d #%d  %s  type=%s key=%s  %s\n",
+						fmtTime(e.Timestamp), e.Partition, e.Sequence, e.ID, dash(e.Type), dash(e.Key), e.Payload)
+				}
+				after[p] = e.Sequence
+				printed++
+				got++
+				if limit > 0 && printed >= limit {
+					return nil
+				}
+			}
+		}
+		if got > 0 {
+			continue
+		}
+		tick := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // tailPartitions resolves the partitions to follow (all when none given).

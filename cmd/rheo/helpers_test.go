@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -46,8 +47,14 @@ func memoryCLI(t *testing.T) *cli {
 		}}
 }
 
-// newCLI returns the store most tests use.
-func newCLI(t *testing.T) *cli { return memoryCLI(t) }
+// sqliteCLI uses a SQLite file of its own: every invocation opens and closes
+// it, as separate runs of the command do.
+func sqliteCLI(t *testing.T) *cli {
+	return &cli{t: t, dsn: "sqlite:" + filepath.Join(t.TempDir(), "rheo.db")}
+}
+
+// newCLI returns the store most tests use: the command's default backend.
+func newCLI(t *testing.T) *cli { return sqliteCLI(t) }
 
 // client opens the test's store directly, to set up or inspect state.
 func (c *cli) client() *rheo.Client {
