@@ -320,6 +320,9 @@ func (r *run) handle(j *job) {
 		// Renewal found the lease taken by someone else and released it.
 		return
 	}
+	if err != nil && !panicked {
+		r.log.Debug("handler failed", "event_id", lease.Event.ID, "attempt", lease.Attempt, "err", err)
+	}
 	req := settleReq{j: j, lease: lease}
 	var retry *retryError
 	switch {
