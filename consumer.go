@@ -201,7 +201,8 @@ func (k *Consumer) Run(ctx context.Context) error {
 // returns ctx's error and the consumer keeps draining (it never fetches
 // again); cancel Run's context to stop it for good. Drain on a consumer that
 // is not running returns nil at once; a Drain while another is waiting is
-// ErrAlreadyDraining.
+// ErrAlreadyDraining. A handler must not call Drain (it would wait for
+// itself); it may cancel Run's context instead.
 func (k *Consumer) Drain(ctx context.Context) error {
 	k.mu.Lock()
 	r := k.cur
