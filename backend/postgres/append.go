@@ -79,7 +79,9 @@ WITH input AS (
 ),
 old AS (
 	SELECT e.id, e.part, e.seq, e.etype, e.ekey, e.ts, e.payload, e.metadata
-	FROM {S}rheo_events e WHERE e.stream_id = $1 AND e.id = ANY($2::text[])
+	FROM unnest($2::text[]) AS u(id) CROSS JOIN LATERAL (
+		SELECT x.* FROM {S}rheo_events x WHERE x.stream_id = $1 AND x.id = u.id LIMIT 1
+	) e
 ),
 fresh AS (
 	SELECT t.*, row_number() OVER (PARTITION BY t.part ORDER BY t.i) AS k

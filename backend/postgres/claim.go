@@ -87,7 +87,10 @@ got AS (SELECT * FROM upd UNION ALL SELECT * FROM ins)
 SELECT (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id,
 	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
 FROM (SELECT 1) one
-LEFT JOIN (got JOIN {S}rheo_events e ON e.stream_id = $2 AND e.part = got.part AND e.seq = got.seq) ON true
+LEFT JOIN (got CROSS JOIN LATERAL (
+	SELECT x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
+	WHERE x.stream_id = $2 AND x.part = got.part AND x.seq = got.seq LIMIT 1
+) e) ON true
 ORDER BY got.part, got.seq`
 
 // Fetch implements rheo.Backend in one round trip (two when another fetcher

@@ -1,0 +1,212 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
+)
+
+// benchEvents is how many events BenchmarkConsume appends beforehand
+// (RHEO_BENCH_EVENTS; 200,000 for the headline figure).
+func benchEvents(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("RHEO_BENCH_EVENTS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func fill(b *testing.B, c *rheo.Client, stream string, n int) {
+	ctx := context.Background()
+	msgs := make([]rheo.Message, 0, 1000)
+	for i := 0; i < n; i += 1000 {
+		msgs = msgs[:0]
+		for j := 0; j < 1000 && i+j < n; j++ {
+			msgs = append(msgs, rheo.Message{Type: "bench", Key: strconv.Itoa(i + j), Payload: []byte(`{"n":1}`)})
+		}
+		_, err := c.AppendBatch(ctx, stream, msgs)
+		require.NoError(b, err)
+	}
+}
+
+// BenchmarkAppendBatch100 appends batches of 100 events from 2 goroutines.
+func BenchmarkAppendBatch100(b *testing.B) {
+	be := newBackend(b)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	msgs := make([]rheo.Message, 100)
+	for i := range msgs {
+		msgs[i] = rheo.Message{Type: "bench", Key: strconv.Itoa(i), Payload: []byte(`{"n":1,"name":"x"}`)}
+	}
+	b.ResetTimer()
+	b.SetParallelism(1) // GOMAXPROCS (2) goroutines
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.AppendBatch(ctx, "s", msgs); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkConsume measures the burn-down of a backlog: N events appended
+// beforehand (RHEO_BENCH_EVENTS, default 20,000), 2 consumer goroutines
+// each looping Fetch(Limit 100) + AckBatch until the lag is zero. Frontier
+// and compaction are included: acks delete their rows and the frontier is
+// derived. b.N repeats the whole burn-down.
+func BenchmarkConsume(b *testing.B) {
+	n := benchEvents(20000)
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		be := newBackend(b)
+		c := rheo.New(be)
+		ctx := context.Background()
+		require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+		fill(b, c, "s", n)
+		require.NoError(b, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+		_, err := be.Pool().Exec(ctx, "VACUUM ANALYZE "+be.Schema()+".rheo_events")
+		require.NoError(b, err)
+		b.StartTimer()
+		start := time.Now()
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for done.Load() < int64(n) {
+					ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100, ConsumerID: fmt.Sprint("w", w)})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if len(ls) == 0 {
+						continue
+					}
+					if err := c.AckBatch(ctx, ls); err != nil {
+						b.Error(err)
+						return
+					}
+					done.Add(int64(len(ls)))
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+		b.StopTimer()
+		lag, err := c.Lag(ctx, "s", "g")
+		require.NoError(b, err)
+		require.Zero(b, lag.Total)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
+}
+
+// BenchmarkBareSkipLocked is the baseline: claim 100 rows with SKIP LOCKED in
+// one transaction and delete them in a second, 2 goroutines, on a plain
+// table of the same backlog size.
+func BenchmarkBareSkipLocked(b *testing.B) {
+	n := benchEvents(20000)
+	be := newBackend(b)
+	pool := be.Pool()
+	ctx := context.Background()
+	tbl := be.Schema() + ".bare"
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+tbl)
+		require.NoError(b, err)
+		_, err = pool.Exec(ctx, "CREATE TABLE "+tbl+" (id bigserial PRIMARY KEY, state int NOT NULL DEFAULT 0, payload jsonb NOT NULL)")
+		require.NoError(b, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+tbl+" (payload) SELECT '{\"n\":1}' FROM generate_series(1, $1)", n)
+		require.NoError(b, err)
+		_, err = pool.Exec(ctx, "VACUUM ANALYZE "+tbl)
+		require.NoError(b, err)
+		b.StartTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					var ids []int64
+					err := pool.QueryRow(ctx, "WITH c AS (SELECT id FROM "+tbl+" WHERE state = 0 ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED), "+
+						"u AS (UPDATE "+tbl+" t SET state = 1 FROM c WHERE t.id = c.id RETURNING t.id) SELECT COALESCE(array_agg(id), '{}') FROM u").Scan(&ids)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if len(ids) == 0 {
+						return
+					}
+					if _, err := pool.Exec(ctx, "DELETE FROM "+tbl+" WHERE id = ANY($1)", ids); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(n*b.N)/total.Seconds(), "rows/s")
+}
+
+// BenchmarkCycle measures one Fetch(100) + AckBatch + Lag cycle with a
+// backlog behind a stream of 1,000 or 1,000,000 already consumed events
+// (RHEO_BENCH_LARGE=1 enables the large case: its setup appends a million
+// events). The group starts after the consumed prefix, which leaves the
+// store in the state acking it would (acked deliveries are deleted).
+func BenchmarkCycle(b *testing.B) {
+	sizes := []int{1000}
+	if os.Getenv("RHEO_BENCH_LARGE") != "" {
+		sizes = append(sizes, 1000000)
+	}
+	for _, size := range sizes {
+		b.Run(fmt.Sprint("acked=", size), func(b *testing.B) {
+			be := newBackend(b)
+			c := rheo.New(be)
+			ctx := context.Background()
+			require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+			fill(b, c, "s", size)
+			require.NoError(b, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{Start: rheo.Latest()}))
+			// Consume a first stretch for real so deliveries churned.
+			fill(b, c, "s", 2000)
+			cycle(b, c, 20)
+			fill(b, c, "s", 100*b.N+100)
+			_, err := be.Pool().Exec(ctx, "VACUUM ANALYZE "+be.Schema()+".rheo_events")
+			require.NoError(b, err)
+			b.ResetTimer()
+			cycle(b, c, b.N)
+		})
+	}
+}
+
+func cycle(b *testing.B, c *rheo.Client, n int) {
+	ctx := context.Background()
+	for range n {
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+		require.NoError(b, err)
+		require.NotEmpty(b, ls)
+		require.NoError(b, c.AckBatch(ctx, ls))
+		_, err = c.Lag(ctx, "s", "g")
+		require.NoError(b, err)
+	}
+}
+
+var _ = postgres.DefaultSchema
