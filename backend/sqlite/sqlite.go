@@ -128,6 +128,10 @@ type Backend struct {
 	stopPoll context.CancelFunc
 	pollDone chan struct{}
 
+	ckpt     chan struct{}
+	ckptStop context.CancelFunc
+	ckptDone chan struct{}
+
 	closeOnce sync.Once
 }
 
@@ -157,6 +161,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)+")")
 		q.Add("_pragma", "synchronous("+o.sync.String()+")")
 		q.Add("_pragma", "foreign_keys(0)")
+		// Statement journals (every multi-row statement inside a
+		// transaction writes one) stay in memory instead of a temp file.
+		q.Add("_pragma", "temp_store(MEMORY)")
+		q.Add("_pragma", "cache_size(-16384)")
+		// Checkpoints run on a connection of their own, off the commit
+		// path (see checkpointer); the automatic one in the committing
+		// connection is only a backstop if that falls far behind.
+		q.Add("_pragma", "wal_autocheckpoint(20000)")
 		for _, e := range extra {
 			k, v, _ := strings.Cut(e, "=")
 			q.Add(k, v)
@@ -186,7 +198,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	r.SetMaxOpenConns(o.readers + 1)
 	r.SetMaxIdleConns(o.readers + 1)
 	b := &Backend{path: path, opts: o, w: w, r: r, subs: map[string]map[chan struct{}]struct{}{}}
-	b.Store = sqlstore.New(sqlstore.Config{Dialect: dialect{}, Write: w, SingleWriter: true, Read: r, Changed: b.signal})
+	b.Store = sqlstore.New(sqlstore.Config{Dialect: dialect{}, Write: w, SingleWriter: true, Read: r,
+		Changed: b.signal, Committed: b.committed})
+	if err := b.startCheckpointer(pragmas()); err != nil {
+		b.Close()
+		return nil, err
+	}
 	if o.migrate {
 		if err := b.Migrate(ctx); err != nil {
 			b.Close()
@@ -259,6 +276,10 @@ func (b *Backend) Close() error {
 		if stop != nil {
 			stop()
 			<-done
+		}
+		if b.ckptStop != nil {
+			b.ckptStop()
+			<-b.ckptDone
 		}
 		b.Store.Release()
 		err = b.r.Close()
@@ -361,5 +382,51 @@ func (b *Backend) poll(ctx context.Context, done chan struct{}) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// checkpointEvery is the least time between two background checkpoints:
+// each one fsyncs the database file, so they are batched.
+const checkpointEvery = 100 * time.Millisecond
+
+// startCheckpointer runs WAL checkpoints on a connection of its own, after
+// commits and at most every checkpointEvery, so that copying WAL pages back
+// into the database never lengthens a commit. PASSIVE checkpoints never
+// block readers or writers, in this process or others.
+func (b *Backend) startCheckpointer(dsn string) error {
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", b.path)
+	}
+	db.SetMaxOpenConns(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.ckpt, b.ckptStop, b.ckptDone = make(chan struct{}, 1), cancel, make(chan struct{})
+	go func() {
+		defer close(b.ckptDone)
+		defer db.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.ckpt:
+			}
+			db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+			t := time.NewTimer(checkpointEvery)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// committed asks the checkpointer for a checkpoint (coalescing requests).
+func (b *Backend) committed() {
+	select {
+	case b.ckpt <- struct{}{}:
+	default:
 	}
 }

@@ -41,6 +41,9 @@ type Config struct {
 	// Changed, when set, is called after such a transaction committed
 	// (in-process wakeups).
 	Changed func(stream string)
+	// Committed, when set, is called after every committed write
+	// transaction (SQLite schedules WAL checkpoints from it).
+	Committed func()
 }
 
 // Store implements rheo.Backend on a SQL database, except Close: the
@@ -51,6 +54,7 @@ type Store struct {
 	single  bool
 	inTx    func(ctx context.Context, x Execer, streams []string) error
 	changed func(stream string)
+	commit  func()
 
 	rebound sync.Map // query -> rebound query
 
@@ -93,7 +97,7 @@ func New(cfg Config) *Store {
 		r = cfg.Write
 	}
 	return &Store{
-		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed,
+		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed, commit: cfg.Committed,
 		wstmts:  map[string]*sql.Stmt{},
 		rstmts:  map[string]*sql.Stmt{},
 		streams: map[string]streamRef{},
@@ -295,6 +299,9 @@ func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) erro
 			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: commit", what)
 		}
 		return s.classify(err, "%s: commit", what)
+	}
+	if s.commit != nil {
+		s.commit()
 	}
 	if s.changed != nil {
 		for _, st := range t.woke {

@@ -1,0 +1,130 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/sqlstore"
+)
+
+// plan returns SQLite's EXPLAIN QUERY PLAN of q, one line per step.
+func plan(t *testing.T, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &notused, &detail))
+		lines = append(lines, detail)
+	}
+	require.NoError(t, rows.Err())
+	return strings.Join(lines, "\n")
+}
+
+// requireNoScan fails when the plan scans events or deliveries in full.
+func requireNoScan(t *testing.T, name, p string) {
+	t.Helper()
+	for _, line := range strings.Split(p, "\n") {
+		for _, table := range []string{"rheo_events", "rheo_deliveries"} {
+			if strings.HasPrefix(line, "SCAN "+table) || strings.HasPrefix(line, "SCAN e") || strings.HasPrefix(line, "SCAN d") {
+				t.Errorf("%s scans %s in full:\n%s", name, table, p)
+			}
+		}
+	}
+	require.Contains(t, p, "SEARCH", "%s: %s", name, p)
+}
+
+// TestQueryPlansUseIndexes runs EXPLAIN QUERY PLAN on the statements of the
+// hot paths (fetch, settle, lag) and of the indexed query filters, on a
+// store with data and fresh statistics, and requires that none scans the
+// events or deliveries table in full.
+func TestQueryPlansUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	b := open(t)
+	c := rheo.New(b)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	ms := make([]rheo.Message, 500)
+	for i := range ms {
+		ms[i] = rheo.Message{Type: fmt.Sprintf("t%d", i%7), Key: fmt.Sprintf("k%d", i%50),
+			Payload: []byte(fmt.Sprintf(`{"n":%d,"c":{"x":"y"}}`, i)), Metadata: map[string]string{"m": fmt.Sprint(i % 3)}}
+	}
+	_, err := c.AppendBatch(ctx, "s", ms)
+	require.NoError(t, err)
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 200})
+	require.NoError(t, err)
+	require.NoError(t, c.AckBatch(ctx, ls[:100]))
+	for _, g := range []string{"g2", "g3", "g4"} {
+		require.NoError(t, c.CreateGroup(ctx, "s", g, rheo.GroupConfig{}))
+		_, err := c.Fetch(ctx, "s", g, rheo.FetchOptions{Limit: 100})
+		require.NoError(t, err)
+	}
+
+	db, err := sql.Open("sqlite", b.Path())
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec("ANALYZE")
+	require.NoError(t, err)
+
+	now := time.Now().UnixMicro()
+	hot := map[string][]any{
+		// Fetch: cursors, high watermarks, poison sweep, claimable rows
+		// (one partition, several), claimed events, materialization.
+		"fetch cursors":   {"SELECT part, offered FROM rheo_group_parts WHERE grp_id = ? AND part IN (?, ?) ORDER BY part", 1, 0, 1},
+		"fetch poison":    {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND status = 1 AND attempt >= ?", 1, 0, 1, now, 5},
+		"fetch claimable": {"SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND due_at <= ? ORDER BY seq LIMIT ?", 1, 0, now, 100},
+		"fetch claimable, partitions": {"SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, ROW_NUMBER() OVER (PARTITION BY part ORDER BY seq) AS rn " +
+			"FROM rheo_deliveries WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ?) c WHERE rn <= ? ORDER BY part, seq", 1, 0, 1, now, 100},
+		"fetch claim":       {"UPDATE rheo_deliveries SET status = 1 WHERE grp_id = ? AND part = ? AND seq = ? AND due_at <= ?", 1, 0, 5, now},
+		"fetch new events":  {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq", 1, 0, 10, 110},
+		"fetch cursor move": {"UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", 5, 1, 0},
+		// Settle: read the rows, delete acked ones, update nacked ones.
+		"settle read":   {"SELECT seq, status, lease_id, event_id, attempt FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq IN (?, ?, ?)", 1, 0, 1, 2, 3},
+		"settle ack":    {"DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq IN (?, ?, ?)", 1, 0, 1, 2, 3},
+		"settle nack":   {"UPDATE rheo_deliveries SET status = 0 WHERE grp_id = ? AND part = ? AND seq = ?", 1, 0, 3},
+		"renew":         {"UPDATE rheo_deliveries SET expires_at = ? WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ?", now, 1, 0, 3, "x"},
+		"lag":           {sqlstore.LagSQL, 1, 1},
+		"append ids":    {"SELECT id FROM rheo_events WHERE stream_id = ? AND id IN (?, ?)", 1, "a", "b"},
+		"append hwm":    {"UPDATE rheo_partitions SET hwm = hwm + ? WHERE stream_id = ? AND part = ? RETURNING hwm", 1, 1, 0},
+		"read":          {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? ORDER BY seq LIMIT ?", 1, 0, 5, 10},
+		"dead letters":  {"SELECT d.seq FROM rheo_deliveries d JOIN rheo_events e ON e.stream_id = ? AND e.part = d.part AND e.seq = d.seq WHERE d.grp_id = ? AND d.status = 2 AND (d.part > ? OR (d.part = ? AND d.seq > ?)) ORDER BY d.part, d.seq LIMIT ?", 1, 1, 0, 0, 0, 10},
+		"group stats":   {"SELECT status, COUNT(*) FROM rheo_deliveries WHERE grp_id = ? GROUP BY status", 1},
+		"replay delete": {"DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq > ?", 1, 0, 5},
+	}
+	for name, q := range hot {
+		p := plan(t, db, q[0].(string), q[1:]...)
+		t.Logf("%s:\n%s", name, p)
+		requireNoScan(t, name, p)
+	}
+
+	// The query filters with an index: type, key, time window, partition.
+	d := b.Dialect()
+	filters := map[string]rheo.Query{
+		"type":      {Type: "t3"},
+		"key":       {Key: "k7"},
+		"from":      {From: time.Now().Add(-time.Hour)},
+		"window":    {From: time.Now().Add(-time.Hour), To: time.Now()},
+		"partition": {Partitions: []int{2}},
+		"type and metadata and payload": {Type: "t1", Metadata: map[string]string{"m": "1"},
+			Payload: map[string]any{"c.x": "y"}},
+	}
+	for name, q := range filters {
+		q.Stream, q.Limit = "s", 100
+		q.OrderBy = []rheo.Order{rheo.Asc(rheo.OrderSequence)}
+		bq := sqlstore.BuildQuery(d, 1, rheo.QuerySpec{Query: q})
+		p := plan(t, db, bq.SQL(), bq.Args()...)
+		requireNoScan(t, "query by "+name, p)
+		require.Contains(t, p, "INDEX", "query by %s should use an index:\n%s", name, p)
+	}
+}
