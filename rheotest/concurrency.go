@@ -115,6 +115,30 @@ func runConcurrency(t *testing.T, f Factory) {
 				t.Fatal("Fetch with Wait was not woken by a replay")
 			}
 		}},
+		{"fetch_wait_is_woken_by_a_redrive", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{})
+			require.NoError(t, e.c.Reject(e.ctx, e.fetchN(s, g, 1)[0], "bad"))
+			done := make(chan fetchResult, 1)
+			go func() {
+				ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
+				done <- fetchResult{ls, err}
+			}()
+			runtime.Gosched()
+			n, err := e.c.Redrive(e.ctx, s, g)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			select {
+			case r := <-done:
+				require.NoError(t, r.err)
+				require.Len(t, r.leases, 1)
+				require.Equal(t, 1, r.leases[0].Attempt)
+			case <-time.After(waitBound):
+				t.Fatal("Fetch with Wait was not woken by a redrive")
+			}
+		}},
 		{"fetch_wait_on_an_empty_stream_returns_nothing_after_the_wait", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

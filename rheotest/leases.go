@@ -263,6 +263,36 @@ func runSettle(t *testing.T, f Factory) {
 			require.ErrorIs(t, err, rheo.ErrStaleLease)
 			e.requireLag(s, g, 0, 2, 2)
 		}},
+		{"ack_batch_with_one_lease_twice_acks_it_once", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, 2)
+			err := e.c.AckBatch(e.ctx, []rheo.Lease{ls[0], ls[1], ls[0]})
+			var be *rheo.BatchError
+			require.ErrorAs(t, err, &be)
+			require.NoError(t, be.Errs[0])
+			require.NoError(t, be.Errs[1])
+			require.ErrorIs(t, be.Errs[2], rheo.ErrStaleLease)
+			e.requireLag(s, g, 0, 2, 2)
+		}},
+		{"ack_batch_spans_groups_and_streams", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s1, s2 := e.stream(1), e.stream(2)
+			e.appendN(s1, 0, 2)
+			e.appendN(s2, 1, 2)
+			g1, g2 := e.group(s1, rheo.GroupConfig{}), e.group(s1, rheo.GroupConfig{})
+			g3 := e.group(s2, rheo.GroupConfig{})
+			var all []rheo.Lease
+			all = append(all, e.fetchN(s1, g1, 2)...)
+			all = append(all, e.fetchN(s2, g3, 2)...)
+			all = append(all, e.fetchN(s1, g2, 2)...)
+			require.NoError(t, e.c.AckBatch(e.ctx, all))
+			e.requireLag(s1, g1, 0, 2, 2)
+			e.requireLag(s1, g2, 0, 2, 2)
+			e.requireLag(s2, g3, 1, 2, 2)
+		}},
 		{"ack_batch_of_current_leases_returns_nil", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(2)

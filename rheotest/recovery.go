@@ -240,6 +240,42 @@ func runReplay(t *testing.T, f Factory) {
 			g := e.group(s, rheo.GroupConfig{})
 			require.ErrorIs(t, e.c.Replay(e.ctx, s, g, rheo.Replay{}), rheo.ErrInvalidArgument)
 		}},
+		{"from_sequence_beyond_the_cursor_never_skips_later_events", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 3)
+			g := e.group(s, rheo.GroupConfig{})
+			e.drain(s, g)
+			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(10)))
+			e.requireLag(s, g, 0, 3, 3)
+			e.requireNone(s, g)
+			e.appendN(s, 0, 8)
+			require.Equal(t, []int64{4, 5, 6, 7, 8, 9, 10, 11}, seqs(e.drain(s, g)))
+		}},
+		{"from_sequence_0_on_a_late_group_offers_the_earlier_events", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 4)
+			g := e.group(s, rheo.GroupConfig{Start: rheo.AfterSequence(2)})
+			require.Equal(t, []int64{3, 4}, seqs(e.drain(s, g)))
+			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			e.requireLag(s, g, 0, 0, 4)
+			require.Equal(t, []int64{1, 2, 3, 4}, seqs(e.drain(s, g)))
+		}},
+		{"events_not_yet_offered_are_left_alone", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 3)
+			g := e.group(s, rheo.GroupConfig{})
+			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Events(evs[2].ID)))
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
+			require.Equal(t, []int64{1, 2, 3}, seqs(leaseEvents(ls)), "each event offered once, in order")
+			for _, l := range ls {
+				require.Equal(t, 1, l.Attempt)
+			}
+			e.ack(ls...)
+			e.requireNone(s, g)
+		}},
 		{"replayed_event_settles_under_its_new_lease_only", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)
@@ -416,6 +452,17 @@ func runRedrive(t *testing.T, f Factory) {
 			require.Equal(t, 2, l.Attempt)
 			require.NoError(t, e.c.Nack(e.ctx, l, "y"))
 			require.Equal(t, "max_attempts: y", e.deadLetters(s, g)[0].Reason)
+		}},
+		{"redrive_of_another_groups_dead_letter_is_a_no_op", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s, g, evs := dead(t, e, 1)
+			other := e.group(s, rheo.GroupConfig{})
+			e.drain(s, other)
+			n, err := e.c.Redrive(e.ctx, s, other, evs[0].ID)
+			require.NoError(t, err)
+			require.Equal(t, 0, n)
+			e.requireNone(s, other)
+			require.Len(t, e.deadLetters(s, g), 1)
 		}},
 		{"redrive_is_isolated_to_its_group", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)

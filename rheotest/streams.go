@@ -209,6 +209,27 @@ func runAppend(t *testing.T, f Factory) {
 			require.Equal(t, []int64{2, 1, 3}, seqs(evs))
 			require.Equal(t, []string{"e-1", "e-2", "e-3"}, ids(e.readAll(s, 0)))
 		}},
+		{"concurrent_appends_of_one_id_store_one_event", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			const writers = 8
+			got := make([]rheo.Event, writers)
+			errs := make([]error, writers)
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					got[w], errs[w] = e.c.Append(e.ctx, s, rheo.Message{ID: "once", Key: fmt.Sprint(w), Payload: json.RawMessage(fmt.Sprintf(`{"w":%d}`, w))})
+				})
+			}
+			wg.Wait()
+			for w := range writers {
+				require.NoError(t, errs[w])
+				requireSameEvent(t, got[0], got[w])
+			}
+			stored := append(e.readAll(s, 0), e.readAll(s, 1)...)
+			require.Len(t, stored, 1)
+			requireSameEvent(t, got[0], stored[0])
+		}},
 		{"same_id_in_two_streams_is_two_events", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s1, s2 := e.stream(1), e.stream(1)
