@@ -127,6 +127,22 @@ func runReplay(t *testing.T, f Factory) {
 			e.requireLag(s, g, 1, 1, 2)
 			require.Equal(t, []pos{{0, 2}, {1, 2}}, eventPositions(e.drain(s, g)))
 		}},
+		{"from_time_and_matching_respect_the_partition_scope", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 2)
+			e.appendN(s, 1, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			e.drain(s, g)
+			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch), 1))
+			e.requireLag(s, g, 0, 2, 2)
+			require.Equal(t, []pos{{1, 1}, {1, 2}}, eventPositions(e.drain(s, g)))
+			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "test"}), 0))
+			e.requireLag(s, g, 1, 2, 2)
+			require.Equal(t, []pos{{0, 1}, {0, 2}}, eventPositions(e.drain(s, g)))
+			err := e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Partitions: []int{1}}), 0)
+			require.ErrorIs(t, err, rheo.ErrNoEventsInRange, "a query outside the scope matches nothing")
+		}},
 		{"from_time_with_no_event_is_no_events_in_range", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)
