@@ -25,6 +25,7 @@ type benchSettings struct {
 	Partitions int    `json:"partitions"`
 	FetchLimit int    `json:"fetch_limit"`
 	Consumers  int    `json:"consumers"`
+	Groups     int    `json:"groups"`
 }
 
 // benchRate is one measured phase.
@@ -45,7 +46,8 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure append and consume rates of a backend",
-		Long: `Measure a backend: append --events events with AppendBatch of --batch, then
+		Long: `Measure a backend: append --events events with AppendBatch of --batch (with
+--groups idle groups on the stream, default none), then
 consume them with --consumers workers, each looping Fetch(Limit --fetch-limit)
 + AckBatch (frontier and compaction included), and check that lag ends at 0.
 It writes to a fresh stream named bench-…; without --dsn or RHEO_DSN it uses a
@@ -54,8 +56,8 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 		Args:    cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			if s.Events < 1 || s.Batch < 1 || s.Batch > rheo.MaxLimit || s.FetchLimit < 1 || s.FetchLimit > rheo.MaxLimit ||
-				s.Consumers < 1 || s.Partitions < 1 || s.Partitions > rheo.MaxPartitions {
-				return usagef("bench: --events, --consumers and --partitions must be positive; --batch and --fetch-limit in 1..%d", rheo.MaxLimit)
+				s.Consumers < 1 || s.Groups < 0 || s.Partitions < 1 || s.Partitions > rheo.MaxPartitions {
+				return usagef("bench: --events, --consumers and --partitions must be positive, --groups not negative; --batch and --fetch-limit in 1..%d", rheo.MaxLimit)
 			}
 			ctx := cmd.Context()
 			s.DSN = a.storeDSN()
@@ -81,8 +83,8 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 			if a.jsonOut {
 				return writeJSON(a.stdout, map[string]any{"settings": s, "results": rates})
 			}
-			fmt.Fprintf(a.stdout, "backend %s, stream %s: events %d, partitions %d, append batch %d, fetch limit %d, consumers %d\n",
-				s.DSN, s.Stream, s.Events, s.Partitions, s.Batch, s.FetchLimit, s.Consumers)
+			fmt.Fprintf(a.stdout, "backend %s, stream %s: events %d, partitions %d, append batch %d, fetch limit %d, consumers %d, idle groups %d\n",
+				s.DSN, s.Stream, s.Events, s.Partitions, s.Batch, s.FetchLimit, s.Consumers, s.Groups)
 			t := newTable(a.stdout, "PHASE", "HOW", "EVENTS", "SECONDS", "EVENTS/S")
 			for _, r := range rates {
 				t.row(r.Phase, r.How, r.Events, fmt.Sprintf("%.3f", r.Seconds), fmt.Sprintf("%.0f", r.EventsPerSec))
@@ -96,6 +98,7 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 	fs.IntVar(&s.Partitions, "partitions", 1, "partitions of the bench stream")
 	fs.IntVar(&s.FetchLimit, "fetch-limit", 100, "Limit of each Fetch")
 	fs.IntVar(&s.Consumers, "consumers", 1, "concurrent Fetch+AckBatch loops")
+	fs.IntVar(&s.Groups, "groups", 0, "idle groups on the stream while appending")
 	return cmd
 }
 
@@ -103,8 +106,11 @@ func runBench(ctx context.Context, c *rheo.Client, s benchSettings) ([]benchRate
 	if err := c.CreateStream(ctx, s.Stream, rheo.StreamConfig{Partitions: s.Partitions}); err != nil {
 		return nil, err
 	}
-	if err := c.CreateGroup(ctx, s.Stream, "bench", rheo.GroupConfig{}); err != nil {
-		return nil, err
+	// Idle groups present while appending, to see what a group costs an append.
+	for g := range s.Groups {
+		if err := c.CreateGroup(ctx, s.Stream, fmt.Sprintf("idle-%d", g+1), rheo.GroupConfig{}); err != nil {
+			return nil, err
+		}
 	}
 	msgs := make([]rheo.Message, 0, s.Batch)
 	start := time.Now()
@@ -122,6 +128,9 @@ func runBench(ctx context.Context, c *rheo.Client, s benchSettings) ([]benchRate
 		}
 	}
 	rates := []benchRate{newRate("append", fmt.Sprintf("AppendBatch of %d", s.Batch), s.Events, time.Since(start))}
+	if err := c.CreateGroup(ctx, s.Stream, "bench", rheo.GroupConfig{}); err != nil {
+		return nil, err
+	}
 
 	start = time.Now()
 	n, err := benchConsume(ctx, c, s)

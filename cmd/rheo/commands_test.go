@@ -627,9 +627,9 @@ func TestBenchReportsRatesAndSettings(t *testing.T) {
 		Settings benchSettings `json:"settings"`
 		Results  []benchRate   `json:"results"`
 	}
-	c.jsonOK(&rep, "bench", "--events", "300", "--batch", "50", "--fetch-limit", "40", "--consumers", "2", "--partitions", "3")
+	c.jsonOK(&rep, "bench", "--events", "300", "--batch", "50", "--fetch-limit", "40", "--consumers", "2", "--partitions", "3", "--groups", "2")
 	require.Equal(t, benchSettings{DSN: "memory:", Stream: rep.Settings.Stream, Events: 300, Batch: 50,
-		Partitions: 3, FetchLimit: 40, Consumers: 2}, rep.Settings)
+		Partitions: 3, FetchLimit: 40, Consumers: 2, Groups: 2}, rep.Settings)
 	require.Len(t, rep.Results, 3)
 	for i, phase := range []string{"append", "consume", "runtime"} {
 		require.Equal(t, phase, rep.Results[i].Phase)
@@ -637,7 +637,7 @@ func TestBenchReportsRatesAndSettings(t *testing.T) {
 		require.Positive(t, rep.Results[i].EventsPerSec)
 	}
 	out := c.ok("bench", "--events", "100")
-	require.Regexp(t, `(?m)^backend memory:, stream bench-\w+: events 100, partitions 1, append batch 100, fetch limit 100, consumers 1$`, out)
+	require.Regexp(t, `(?m)^backend memory:, stream bench-\w+: events 100, partitions 1, append batch 100, fetch limit 100, consumers 1, idle groups 0$`, out)
 	require.Regexp(t, `(?m)^consume\s+Fetch\(Limit 100\)\+AckBatch x1\s+100\s+`, out)
 }
 
