@@ -156,6 +156,7 @@ func (d *demo) note(format string, args ...any) {
 }
 
 func (d *demo) run(ctx context.Context) (err error) {
+	d.stream = demoStream
 	var tmp string
 	switch {
 	case d.a.dsnGiven():
@@ -170,7 +171,8 @@ func (d *demo) run(ctx context.Context) (err error) {
 		if tmp == "" {
 			return
 		}
-		if d.keep {
+		// A failed run keeps its store: it is the evidence.
+		if d.keep || err != nil {
 			d.note("store kept: rheo --dsn %s info %s %s", d.dsn, d.stream, demoGroup)
 			return
 		}

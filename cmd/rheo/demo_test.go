@@ -137,7 +137,8 @@ func runBinary(t *testing.T, bin string, args ...string) (stdout, stderr string,
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(cmd.Environ(), "RHEO_DSN=")
+	// A failed demo keeps its temporary store; TMPDIR puts it in the test's.
+	cmd.Env = append(cmd.Environ(), "RHEO_DSN=", "TMPDIR="+t.TempDir())
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -190,6 +191,7 @@ func TestDemoKillsARealWorkerProcess(t *testing.T) {
 			"want 0 and 0: the store did not record the acks\n", errOut)
 		verbs, _ := timeline(t, out)
 		require.Equal(t, demoSteps[:9], verbs, "the demo stops at the broken fact")
+		require.Regexp(t, `(?m)^store kept: rheo --dsn sqlite:\S+demo\.db info orders fulfillment$`, out, "the evidence stays")
 	})
 
 	t.Run("worker B too early", func(t *testing.T) {
