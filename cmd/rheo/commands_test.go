@@ -670,3 +670,33 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+func TestBenchOnSQLiteFile(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var rep struct {
+		Settings benchSettings `json:"settings"`
+		Results  []benchRate   `json:"results"`
+	}
+	c.jsonOK(&rep, "bench", "--events", "200", "--batch", "20")
+	require.Equal(t, c.dsn, rep.Settings.DSN)
+	require.Len(t, rep.Results, 3)
+	for _, r := range rep.Results {
+		require.Equal(t, 200, r.Events, r.Phase)
+	}
+}
+
+func TestBenchWithoutDSNUsesATemporaryFile(t *testing.T) {
+	t.Parallel()
+	var out, errOut strings.Builder
+	a := newApp(strings.NewReader(""), &out, &errOut)
+	a.getenv = func(string) string { return "" }
+	code := a.run(context.Background(), []string{"bench", "--events", "50", "--json"})
+	require.Equal(t, 0, code, errOut.String())
+	var rep struct {
+		Settings benchSettings `json:"settings"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &rep))
+	require.Regexp(t, `^sqlite:.*rheo-bench-\d+/bench\.db$`, rep.Settings.DSN)
+	require.NoFileExists(t, "rheo.db", "bench never writes to the default store")
+}
