@@ -86,6 +86,16 @@ func runFetch(t *testing.T, f Factory) {
 				require.Equal(t, int64(i+1), sq, "partition 0 claims in sequence order")
 			}
 		}},
+		{"limit_is_filled_from_other_partitions_when_one_runs_short", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(3)
+			e.appendN(s, 0, 2)
+			e.appendN(s, 2, 30)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
+			require.Len(t, ls, 10, "claimable work is left behind while under the limit: %s", leaseList(ls))
+			require.Equal(t, []pos{{0, 1}, {0, 2}}, positions(ls[:2]))
+		}},
 		{"fairness_holds_for_many_partitions_and_small_limits", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(4)
@@ -613,6 +623,20 @@ func runRetry(t *testing.T, f Factory) {
 			e.clk.Advance(time.Second)
 			e.requireNone(s, g)
 			require.Equal(t, int64(1), e.info(s, g).DeadLetters)
+			e.requireLag(s, g, 0, 1, 1)
+		}},
+		{"renewing_an_expired_poison_lease_before_any_fetch_keeps_it", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 1)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: time.Second})[0]
+			e.clk.Advance(2 * time.Second)
+			r, err := e.c.Renew(e.ctx, l, time.Minute)
+			require.NoError(t, err, "nobody reclaimed it yet")
+			e.requireNone(s, g)
+			require.Empty(t, e.deadLetters(s, g), "a renewed lease is not expired, so not poison")
+			e.ack(r)
 			e.requireLag(s, g, 0, 1, 1)
 		}},
 		{"unexpired_lease_at_the_limit_still_settles", func(t *testing.T, f Factory) {
