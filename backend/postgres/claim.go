@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/rheo-go/rheo"
 )
 
@@ -135,8 +137,36 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 
 func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
 	first int32, now, exp int64) ([]rheo.Lease, int, error) {
-	rows, err := b.pool.Query(ctx, q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
+	// The claim commits without waiting for its WAL flush (one round trip
+	// for the whole transaction). That is safe: a claim lost to a server
+	// crash only means its events are offered again (at-least-once), its
+	// holders' settles come back stale, and any later durable commit (an
+	// ack) flushes the WAL up to and including this claim first.
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue("SET LOCAL synchronous_commit TO off")
+	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
 		g.maxAttempts, first, poisonReason)
+	batch.Queue("COMMIT")
+	br := b.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, 0, err
+		}
+	}
+	leases, locked, err := b.scanLeases(br, r, now, exp)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, err
+	}
+	return leases, locked, br.Close()
+}
+
+func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp int64) ([]rheo.Lease, int, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, 0, err
 	}
