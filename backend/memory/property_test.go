@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"testing"
@@ -445,7 +446,20 @@ func (m *propModel) drainAll() {
 	m.check(m.t)
 }
 
+// deepen raises rapid's defaults (100 checks of about 30 steps) for this
+// test unless the flags were given, so that the sequences are long enough to
+// reach expiries, poison dead letters and replays of settled work.
+func deepen() {
+	for name, value := range map[string]string{"rapid.checks": "1000", "rapid.steps": "150"} {
+		f := flag.Lookup(name)
+		if f != nil && f.Value.String() == f.DefValue {
+			_ = f.Value.Set(value)
+		}
+	}
+}
+
 func TestPropertyModel(t *testing.T) {
+	deepen()
 	rapid.Check(t, func(t *rapid.T) {
 		ctx := context.Background()
 		clk := clock.NewFrozen(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
