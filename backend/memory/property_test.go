@@ -353,6 +353,16 @@ func (m *propModel) redrive(t *rapid.T) {
 	}
 }
 
+func (m *propModel) reset(t *rapid.T) {
+	g := rapid.SampledFrom(m.groups).Draw(t, "group")
+	p := rapid.IntRange(0, propPartitions-1).Draw(t, "reset_partition")
+	m.must(m.c.ResetGroup(m.ctx, m.stream, g.name, rheo.ResetOptions{Confirm: true, Partitions: []int{p}}), "reset")
+	now := m.clk.Now()
+	for _, d := range g.dels[p] {
+		*d = mdelivery{status: mAvailable, due: now}
+	}
+}
+
 // check compares lag, group counts and dead letters with the model.
 func (m *propModel) check(t *rapid.T) {
 	for _, g := range m.groups {
@@ -481,6 +491,7 @@ func TestPropertyModel(t *testing.T) {
 			"advance": m.advance,
 			"replay":  m.replay,
 			"redrive": m.redrive,
+			"reset":   m.reset,
 			"":        m.check,
 		})
 		m.drainAll()
