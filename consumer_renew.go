@@ -33,7 +33,7 @@ func (r *run) renewLoop() {
 func (r *run) renewAll() {
 	r.mu.Lock()
 	jobs := make([]*job, 0, len(r.inflight))
-	for _, j := range r.inflight {
+	for j := range r.inflight {
 		if !j.dropped && j.state != jobSettling {
 			jobs = append(jobs, j)
 		}
@@ -83,7 +83,7 @@ func (r *run) renewAll() {
 // reports false when the job was already settling (its settle decides).
 func (r *run) lose(j *job, err error) bool {
 	r.mu.Lock()
-	if j.dropped || j.state == jobSettling || r.inflight[j.id] != j {
+	if j.dropped || j.state == jobSettling || !r.tracked(j) {
 		r.mu.Unlock()
 		return false
 	}
@@ -92,7 +92,7 @@ func (r *run) lose(j *job, err error) bool {
 	if running {
 		// A queued job stays tracked until a worker pops and releases it,
 		// so the queue never holds more than MaxInflight jobs.
-		delete(r.inflight, j.id)
+		delete(r.inflight, j)
 	}
 	r.mu.Unlock()
 	cause := err

@@ -34,7 +34,7 @@ const (
 
 // job is one held lease.
 type job struct {
-	id     string // the lease ID, the inflight key
+	id     string // the lease ID
 	event  Event
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -54,15 +54,14 @@ type run struct {
 	obs Observer
 
 	// bg outlives the caller's cancellation (with its values) so that
-	// settles and renewals still go out while the consumer stops.
+	// settles and renewals still go out while the consumer stops. Handler
+	// contexts derive from it too; the consumer cancels them one by one
+	// (they are all tracked), which spares every dispatch a registration
+	// with a shared parent.
 	bg context.Context
-	// hctx is the parent of every handler context; cancelled (with cause
-	// ErrConsumerStopped) when the shutdown budget runs out.
-	hctx    context.Context
-	hcancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	inflight map[string]*job
+	inflight map[*job]struct{}
 	hard     bool // handler contexts cancelled: queued jobs are released unrun
 
 	drainWaiting bool // guarded by Consumer.mu
@@ -77,17 +76,13 @@ type run struct {
 }
 
 func newRun(k *Consumer, ctx context.Context) *run {
-	bg := context.WithoutCancel(ctx)
-	hctx, hcancel := context.WithCancelCause(bg)
 	return &run{
 		c:         k.c,
 		cfg:       k.cfg,
 		log:       k.log,
 		obs:       k.c.opts.observer,
-		bg:        bg,
-		hctx:      hctx,
-		hcancel:   hcancel,
-		inflight:  make(map[string]*job, k.cfg.MaxInflight),
+		bg:        context.WithoutCancel(ctx),
+		inflight:  make(map[*job]struct{}, k.cfg.MaxInflight),
 		drainReq:  make(chan struct{}),
 		done:      make(chan struct{}),
 		queue:     make(chan *job, k.cfg.MaxInflight),
@@ -117,7 +112,6 @@ func (r *run) run(ctx context.Context) error {
 	settler.Wait()
 	close(r.stopNow)
 	renewer.Wait()
-	r.hcancel(ErrConsumerStopped)
 	r.log.Debug("consumer stopped", "unsettled", r.count())
 	return err
 }
@@ -126,6 +120,12 @@ func (r *run) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.inflight)
+}
+
+// tracked reports whether j is held; r.mu must be held.
+func (r *run) tracked(j *job) bool {
+	_, ok := r.inflight[j]
+	return ok
 }
 
 func (r *run) draining() bool {
@@ -212,9 +212,9 @@ func (r *run) dispatch(leases []Lease) {
 	jobs := make([]*job, len(leases))
 	r.mu.Lock()
 	for i, l := range leases {
-		ctx, cancel := context.WithCancelCause(context.WithValue(r.hctx, leaseKey{}, l))
+		ctx, cancel := context.WithCancelCause(context.WithValue(r.bg, leaseKey{}, l))
 		j := &job{id: l.ID, event: l.Event, ctx: ctx, cancel: cancel, lease: l}
-		r.inflight[l.ID] = j
+		r.inflight[j] = struct{}{}
 		jobs[i] = j
 	}
 	r.mu.Unlock()
@@ -230,9 +230,7 @@ func (r *run) release(jobs ...*job) {
 	}
 	r.mu.Lock()
 	for _, j := range jobs {
-		if r.inflight[j.id] == j {
-			delete(r.inflight, j.id)
-		}
+		delete(r.inflight, j)
 	}
 	r.mu.Unlock()
 	for _, j := range jobs {
@@ -275,8 +273,14 @@ func (r *run) stop(ctx context.Context, fatal bool) {
 	}
 	r.mu.Lock()
 	r.hard = true
+	held := make([]*job, 0, len(r.inflight))
+	for j := range r.inflight {
+		held = append(held, j)
+	}
 	r.mu.Unlock()
-	r.hcancel(ErrConsumerStopped)
+	for _, j := range held {
+		j.cancel(ErrConsumerStopped)
+	}
 }
 
 // work runs handlers for queued jobs until the queue closes.

@@ -2,7 +2,6 @@ package rheo
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -101,14 +100,20 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			errs[i] = err
 		}
 	} else {
+		// The leases came from this stream and group through Fetch, so the
+		// facade's checks (settleBatch) would only repeat themselves; the
+		// backend still fences and classifies each one.
 		ctx, cancel := context.WithTimeout(r.bg, r.settleTimeout())
-		err := r.c.settleBatch(ctx, reqs)
+		res, err := r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
 		cancel()
-		var be *BatchError
 		switch {
-		case errors.As(err, &be) && len(be.Errs) == len(errs):
-			copy(errs, be.Errs)
-		case err != nil:
+		case err == nil && len(res) == len(errs):
+			copy(errs, res)
+		case err == nil:
+			err = Errorf(ErrAmbiguous, "backend answered %d results for %d settles of group %q on stream %q",
+				len(res), len(errs), r.cfg.Group, r.cfg.Stream)
+			fallthrough
+		default:
 			for i := range errs {
 				errs[i] = err
 			}
