@@ -44,6 +44,11 @@ func BenchmarkAppendBatch100(b *testing.B) {
 	c := rheo.New(be)
 	ctx := context.Background()
 	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	// RHEO_BENCH_DROP_INDEX=name measures append without one index.
+	if idx := os.Getenv("RHEO_BENCH_DROP_INDEX"); idx != "" {
+		_, err := be.Pool().Exec(ctx, "DROP INDEX "+be.Schema()+"."+idx)
+		require.NoError(b, err)
+	}
 	msgs := make([]rheo.Message, 100)
 	for i := range msgs {
 		msgs[i] = rheo.Message{Type: "bench", Key: strconv.Itoa(i), Payload: []byte(`{"n":1,"name":"x"}`)}
@@ -210,3 +215,31 @@ func cycle(b *testing.B, c *rheo.Client, n int) {
 }
 
 var _ = postgres.DefaultSchema
+
+// BenchmarkBareInsert100 is the append baseline: a multi-row INSERT of 100
+// rows (text id, jsonb payload, one primary key) from 2 goroutines.
+func BenchmarkBareInsert100(b *testing.B) {
+	be := newBackend(b)
+	pool := be.Pool()
+	ctx := context.Background()
+	tbl := be.Schema() + ".bare_insert"
+	_, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (id bigserial PRIMARY KEY, eid text NOT NULL, payload jsonb NOT NULL)")
+	require.NoError(b, err)
+	ids := make([]string, 100)
+	payloads := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("0190aaaa-0000-7000-8000-%012d", i)
+		payloads[i] = `{"n":1,"name":"x"}`
+	}
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := pool.Exec(ctx, "INSERT INTO "+tbl+" (eid, payload) SELECT i, p::jsonb FROM unnest($1::text[], $2::text[]) AS t(i, p)", ids, payloads); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "rows/s")
+}

@@ -370,7 +370,7 @@ func (b *Backend) settle(ctx context.Context, g groupRef, now time.Time, parts [
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, renewSQL, settleSQL, appendSQL string
+	fetchSkip, fetchWait, renewSQL, settleSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
@@ -379,4 +379,5 @@ func (b *Backend) prepareTexts() {
 	b.renewSQL = b.sqlf(renewSQL)
 	b.settleSQL = b.sqlf(settleSQL)
 	b.appendSQL = b.sqlf(appendSQL)
+	b.appendFastSQL = b.sqlf(appendFastSQL)
 }
