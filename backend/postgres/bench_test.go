@@ -243,3 +243,37 @@ func BenchmarkBareInsert100(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "rows/s")
 }
+
+// BenchmarkWakeLatency measures the time from an append's commit (Append
+// returning) to the LISTEN connection's signal reaching a subscriber.
+func BenchmarkWakeLatency(b *testing.B) {
+	be := newBackend(b)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	ch, cancel := be.Subscribe("s")
+	defer cancel()
+	// Wait for the listener to come up.
+	for ready := false; !ready; {
+		_, err := c.Append(ctx, "s", rheo.Message{})
+		require.NoError(b, err)
+		select {
+		case <-ch:
+			ready = true
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var total, worst time.Duration
+	b.ResetTimer()
+	for range b.N {
+		_, err := c.Append(ctx, "s", rheo.Message{})
+		require.NoError(b, err)
+		committed := time.Now()
+		<-ch
+		d := time.Since(committed)
+		total += d
+		worst = max(worst, d)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-mean")
+	b.ReportMetric(float64(worst.Microseconds()), "µs-max")
+}
