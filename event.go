@@ -226,20 +226,27 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time) (Event
 	return e, nil
 }
 
-var emptyObject = json.RawMessage("{}")
-
-// compactObject checks that p is a JSON object and returns it without
-// insignificant whitespace.
+// compactObject checks that p is a JSON object and returns a fresh copy
+// without insignificant whitespace.
 func compactObject(p json.RawMessage) (json.RawMessage, error) {
 	if len(p) == 0 {
-		return emptyObject, nil
+		return json.RawMessage("{}"), nil
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(p))
-	if err := json.Compact(&buf, p); err != nil {
-		return nil, Wrap(ErrInvalidArgument, err, "payload is not valid JSON")
+	var out []byte
+	if bytes.ContainsAny(p, " \t\r\n") {
+		var buf bytes.Buffer
+		buf.Grow(len(p))
+		if err := json.Compact(&buf, p); err != nil {
+			return nil, Wrap(ErrInvalidArgument, err, "payload is not valid JSON")
+		}
+		out = buf.Bytes()
+	} else {
+		// Already compact (the common case): validate without a buffer.
+		if !json.Valid(p) {
+			return nil, Wrap(ErrInvalidArgument, json.Compact(new(bytes.Buffer), p), "payload is not valid JSON")
+		}
+		out = bytes.Clone(p)
 	}
-	out := buf.Bytes()
 	if out[0] != '{' {
 		return nil, Errorf(ErrInvalidArgument, "payload must be a JSON object, got %.20s", out)
 	}
