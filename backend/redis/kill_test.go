@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,9 @@ const (
 	envWorker = "RHEO_REDIS_KILL_WORKER"
 	envPrefix = "RHEO_REDIS_KILL_PREFIX"
 	envLog    = "RHEO_REDIS_KILL_LOG"
+	// envHang makes a worker stop dead after that many fetches, holding
+	// their leases, so the parent kills it while it surely holds some.
+	envHang = "RHEO_REDIS_KILL_HANG"
 )
 
 const (
@@ -63,18 +67,19 @@ func TestKillAndRestart(t *testing.T) {
 	require.Len(t, held, 1)
 
 	dir := t.TempDir()
-	start := func(name string) *exec.Cmd {
+	start := func(name string, extraEnv ...string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKillWorker$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envWorker+"="+name, envPrefix+"="+b.KeyPrefix(),
 			envLog+"="+filepath.Join(dir, name+".log"))
+		cmd.Env = append(cmd.Env, extraEnv...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		require.NoError(t, cmd.Start())
 		return cmd
 	}
 	workers := map[string]*exec.Cmd{}
-	for _, n := range []string{"w1", "w2", "w3"} {
-		workers[n] = start(n)
-	}
+	workers["w1"] = start("w1")
+	workers["w2"] = start("w2", envHang+"=20")
+	workers["w3"] = start("w3")
 	t.Cleanup(func() {
 		for _, w := range workers {
 			_ = w.Process.Kill()
@@ -92,8 +97,8 @@ func TestKillAndRestart(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "workers made no progress")
 		time.Sleep(5 * time.Millisecond)
 	}
-	// Kill it while it holds leases: right after it logged a fetch and
-	// before it logged the acks (workers pause between the two).
+	// Kill it while it holds leases: it stops dead after its 20th fetch,
+	// with the fetch logged and nothing acked.
 	victim := workers["w2"]
 	for !holdsLeases(filepath.Join(dir, "w2.log")) {
 		require.True(t, time.Now().Before(deadline), "w2 never held leases")
@@ -193,7 +198,8 @@ func TestKillWorker(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	w := bufio.NewWriter(f)
-	for {
+	hangAfter, _ := strconv.Atoi(os.Getenv(envHang))
+	for fetches := 1; ; fetches++ {
 		ls, err := c.Fetch(ctx, killStream, killGroup, rheo.FetchOptions{
 			Limit: 50, LeaseDuration: killLease, ConsumerID: name, Wait: 200 * time.Millisecond,
 		})
@@ -210,6 +216,9 @@ func TestKillWorker(t *testing.T) {
 			fmt.Fprintf(w, "F %s\n", l.Event.ID)
 		}
 		require.NoError(t, w.Flush())
+		if fetches == hangAfter {
+			select {} // the parent kills this process now
+		}
 		time.Sleep(3 * time.Millisecond) // the work
 		err = c.AckBatch(ctx, ls)
 		var be *rheo.BatchError
