@@ -28,6 +28,9 @@ var pgMigrations = []struct {
 		`CREATE INDEX IF NOT EXISTS rheo_events_metadata ON rheo_events USING gin (metadata jsonb_path_ops)`,
 		// Payload filters compile to containment plus an exact path test.
 		`CREATE INDEX IF NOT EXISTS rheo_events_payload ON rheo_events USING gin (payload jsonb_path_ops)`,
+		// The events table is insert-only: the deliveries table's eager
+		// vacuum settings (shared DDL) are not for it.
+		`ALTER TABLE rheo_events RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay)`,
 		// Dead letters are listed in (partition, sequence) order.
 		`CREATE INDEX IF NOT EXISTS rheo_deliveries_dead ON rheo_deliveries (grp_id, part, seq) WHERE status = 2`,
 	}},
