@@ -290,4 +290,5 @@ func BenchmarkWakeLatency(b *testing.B) {
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-mean")
 	b.ReportMetric(float64(worst.Microseconds()), "µs-max")
 }
+
 var _ = postgres.DefaultSchema
