@@ -175,7 +175,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 		}
 		return "file:" + path + "?" + q.Encode()
 	}
-	w, err := sql.Open("sqlite", pragmas("_pragma=journal_mode(WAL)"))
+	w, err := sql.Open("sqlite", pragmas())
 	if err != nil {
 		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
 	}
@@ -185,7 +185,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := w.PingContext(ctx); err != nil {
+	// WAL mode is a property of the file: set once, it holds for every
+	// connection and process.
+	if _, err := w.ExecContext(ctx, "PRAGMA journal_mode = WAL"); err != nil {
 		w.Close()
 		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
 	}
