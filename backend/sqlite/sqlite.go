@@ -371,7 +371,10 @@ func (b *Backend) poll(ctx context.Context, done chan struct{}) {
 					if rows.Scan(&name, &n) != nil {
 						continue
 					}
-					if old, ok := seen[name]; (ok || !first) && old != n {
+					// The first look has no baseline: a commit may have
+					// slipped in between Subscribe and now, so wake
+					// everyone once (a spurious wakeup only costs a fetch).
+					if old, ok := seen[name]; first || (old != n || !ok) {
 						b.signal(name)
 					}
 					seen[name] = n
