@@ -292,3 +292,31 @@ func BenchmarkWakeLatency(b *testing.B) {
 }
 
 var _ = postgres.DefaultSchema
+
+// BenchmarkAppendBatch100PerPartition appends batches of 100 from 2
+// goroutines that each write their own partition of one stream: appends
+// serialize per partition (commit order is sequence order), so producers
+// of different partitions run in parallel.
+func BenchmarkAppendBatch100PerPartition(b *testing.B) {
+	be := newBackend(b)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	var next atomic.Int32
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		p := int(next.Add(1)-1) % 4
+		msgs := make([]rheo.Message, 100)
+		for i := range msgs {
+			msgs[i] = rheo.Message{Type: "bench", Partition: &p, Payload: []byte(`{"n":1,"name":"x"}`)}
+		}
+		for pb.Next() {
+			if _, err := c.AppendBatch(ctx, "s", msgs); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "events/s")
+}
