@@ -341,6 +341,9 @@ var sentinels = []error{
 // and otherwise wraps it as ErrBackendUnavailable (the store did not do
 // what was asked; nothing partial was committed).
 func (s *Store) classify(err error, format string, args ...any) error {
+	if errors.Is(err, errKnownID) {
+		return err
+	}
 	for _, k := range sentinels {
 		if errors.Is(err, k) {
 			return err

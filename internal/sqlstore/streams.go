@@ -136,17 +136,34 @@ func (s *Store) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
 // the number of distinct statement shapes (and cached statements) small.
 const appendChunk = 100
 
-// Append implements rheo.Backend.
+// errKnownID aborts an optimistic append that met an existing event ID.
+var errKnownID = errors.New("an event ID is already stored")
+
+// Append implements rheo.Backend. It first inserts optimistically, as if
+// every ID were new (the common case, and one index probe per event
+// cheaper); when the unique index on IDs objects, the transaction rolls
+// back and runs again, looking the IDs up first and returning the stored
+// events in place of the known ones.
 func (s *Store) Append(ctx context.Context, stream string, events []rheo.Event) ([]rheo.Event, error) {
+	out, err := s.appendTx(ctx, stream, events, false)
+	if errors.Is(err, errKnownID) {
+		out, err = s.appendTx(ctx, stream, events, true)
+	}
+	return out, err
+}
+
+func (s *Store) appendTx(ctx context.Context, stream string, events []rheo.Event, lookup bool) ([]rheo.Event, error) {
 	out := slices.Clone(events)
 	err := s.write(ctx, "append to stream "+quote(stream), func(t *writeTx) error {
 		ref, err := s.stream(ctx, t.execer, stream)
 		if err != nil {
 			return err
 		}
-		stored, err := s.eventsByID(ctx, t.execer, stream, ref, events)
-		if err != nil {
-			return err
+		stored := map[string]rheo.Event{}
+		if lookup {
+			if stored, err = s.eventsByID(ctx, t.execer, stream, ref, events); err != nil {
+				return err
+			}
 		}
 		counts := map[int]int64{}
 		fresh := make([]int, 0, len(out))
@@ -198,8 +215,11 @@ func (s *Store) Append(ctx context.Context, stream string, events []rheo.Event) 
 			}
 			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
 				if s.d.IsUniqueViolation(err) {
+					if !lookup {
+						return errKnownID
+					}
 					// Another writer stored one of these IDs between our
-					// check and insert (not possible on SQLite's single
+					// lookup and insert (not possible on SQLite's single
 					// writer): report it as retryable.
 					return rheo.Wrap(rheo.ErrBackendUnavailable, err, "concurrent append of the same event ID")
 				}
