@@ -150,6 +150,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	if path == "" {
 		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "sqlite: empty database path")
 	}
+	if path == ":memory:" || strings.HasPrefix(path, "file::memory:") {
+		// Every connection would see a database of its own.
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "sqlite: %q is not a file; use a file path, or the memory: backend for an in-process store", path)
+	}
 	if o.readers < 1 {
 		o.readers = 1
 	}

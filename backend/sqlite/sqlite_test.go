@@ -70,4 +70,8 @@ func TestOpenDSN(t *testing.T) {
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 	_, err = rheo.Open(ctx, "sqlite:")
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+	_, err = rheo.Open(ctx, "sqlite::memory:")
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+	_, err = rheo.Open(ctx, "sqlite:"+path+"?cache=shared")
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 }
