@@ -36,7 +36,8 @@ func drained(ch <-chan struct{}) bool {
 
 func TestNotifyInProcessOnCommit(t *testing.T) {
 	ctx := context.Background()
-	b := open(t)
+	// The cross-process poller would also see these commits; keep it out.
+	b := open(t, sqlite.WithPollInterval(time.Hour))
 	c := rheo.New(b)
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
 	require.NoError(t, c.CreateStream(ctx, "other", rheo.StreamConfig{}))

@@ -310,7 +310,10 @@ func (b *Backend) Subscribe(stream string) (<-chan struct{}, func()) {
 	if b.nsubs == 1 && b.stopPoll == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		b.stopPoll, b.pollDone = cancel, make(chan struct{})
-		go b.poll(ctx, b.pollDone)
+		// The baseline is taken before Subscribe returns, so that a commit
+		// by another process right after it is noticed.
+		p := b.newPoller(ctx)
+		go p.run(ctx, b.pollDone)
 	}
 	b.subsMu.Unlock()
 	var once sync.Once
@@ -349,48 +352,78 @@ func (b *Backend) signal(stream string) {
 	}
 }
 
-// poll notices commits by other processes: PRAGMA data_version changes
+// poller notices commits by other processes: PRAGMA data_version changes
 // when another connection committed, and then the per-stream change
 // counters say which streams to wake.
-func (b *Backend) poll(ctx context.Context, done chan struct{}) {
-	defer close(done)
+type poller struct {
+	b       *Backend
+	conn    *sql.Conn
+	version int64
+	seen    map[string]int64
+	ok      bool // the baseline was read
+}
+
+func (b *Backend) newPoller(ctx context.Context) *poller {
+	p := &poller{b: b, version: -1, seen: map[string]int64{}}
 	conn, err := b.r.Conn(ctx)
 	if err != nil {
+		return p
+	}
+	p.conn = conn
+	p.ok = p.check(ctx, false)
+	return p
+}
+
+// check reads data_version and, when it moved, the change counters,
+// signalling the streams whose counter moved (or every stream when wake).
+func (p *poller) check(ctx context.Context, wake bool) bool {
+	var v int64
+	if err := p.conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil {
+		return false
+	}
+	if v == p.version {
+		return true
+	}
+	rows, err := p.conn.QueryContext(ctx, "SELECT name, changes FROM rheo_streams")
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var n int64
+		if rows.Scan(&name, &n) != nil {
+			return false
+		}
+		if old, seen := p.seen[name]; wake || (seen && old != n) || (!seen && p.version != -1) {
+			p.b.signal(name)
+		}
+		p.seen[name] = n
+	}
+	if rows.Err() != nil {
+		return false
+	}
+	p.version = v
+	return true
+}
+
+func (p *poller) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	if p.conn == nil {
 		return
 	}
-	defer conn.Close()
-	var version int64 = -1
-	seen := map[string]int64{}
-	t := time.NewTicker(b.opts.poll)
+	defer p.conn.Close()
+	t := time.NewTicker(p.b.opts.poll)
 	defer t.Stop()
 	for {
-		var v int64
-		if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err == nil && v != version {
-			first := version == -1
-			version = v
-			if rows, err := conn.QueryContext(ctx, "SELECT name, changes FROM rheo_streams"); err == nil {
-				for rows.Next() {
-					var name string
-					var n int64
-					if rows.Scan(&name, &n) != nil {
-						continue
-					}
-					// The first look has no baseline: a commit may have
-					// slipped in between Subscribe and now, so wake
-					// everyone once (a spurious wakeup only costs a fetch).
-					if old, ok := seen[name]; first || (old != n || !ok) {
-						b.signal(name)
-					}
-					seen[name] = n
-				}
-				rows.Close()
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		// Without a baseline, a commit may have been missed: wake everyone
+		// once (a spurious wakeup only costs a fetch).
+		p.ok = p.check(ctx, !p.ok)
 	}
 }
 
