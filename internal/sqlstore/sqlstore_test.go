@@ -1,0 +1,45 @@
+package sqlstore
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDollarRebindNumbersPlaceholders(t *testing.T) {
+	require.Equal(t, "SELECT a FROM t WHERE x = $1 AND y IN ($2, $3)",
+		DollarRebind("SELECT a FROM t WHERE x = ? AND y IN (?, ?)"))
+	require.Equal(t, "SELECT 1", DollarRebind("SELECT 1"))
+	q := "INSERT INTO t VALUES (" + Placeholders(12) + ")"
+	require.True(t, strings.HasSuffix(DollarRebind(q), "$11, $12)"))
+}
+
+type fakeDialect struct{ Dialect }
+
+func (fakeDialect) Types() map[string]string {
+	return map[string]string{"{IDPK}": "SERIAL PRIMARY KEY", "{TEXT}": "TEXT", "{JSON}": "json", "{TABLEOPTS}": ""}
+}
+
+func TestMigrationsSubstituteEveryToken(t *testing.T) {
+	ms, err := Migrations(fakeDialect{})
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	for i, m := range ms {
+		require.Equal(t, i+1, m.Version, "versions are contiguous from 1")
+		require.NotEmpty(t, m.Statements)
+		for _, st := range m.Statements {
+			require.NotContains(t, st, "{", "%s: unsubstituted token in %q", m.Name, st)
+			require.NotContains(t, st, "--", "%s: comment left in %q", m.Name, st)
+		}
+	}
+	require.Contains(t, strings.Join(ms[0].Statements, ";"), "payload json NOT NULL")
+}
+
+func TestBuilderBindsEveryValue(t *testing.T) {
+	var b Builder
+	b.S("SELECT 1 WHERE a = ").Arg("x").S(" AND b IN (")
+	List(&b, []int{1, 2, 3}).S(")")
+	require.Equal(t, "SELECT 1 WHERE a = ? AND b IN (?, ?, ?)", b.SQL())
+	require.Equal(t, []any{"x", 1, 2, 3}, b.Args())
+}
