@@ -24,6 +24,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/notify"
 )
 
 func init() {
@@ -36,15 +37,13 @@ type Backend struct {
 	closed  bool
 	streams map[string]*stream
 
-	subsMu sync.Mutex
-	subs   map[string]map[chan struct{}]struct{}
+	hub notify.Hub
 }
 
 // New returns an empty in-memory store.
 func New() *Backend {
 	return &Backend{
 		streams: map[string]*stream{},
-		subs:    map[string]map[chan struct{}]struct{}{},
 	}
 }
 
@@ -292,35 +291,10 @@ func (b *Backend) Close() error {
 
 // Subscribe implements rheo.Notifier.
 func (b *Backend) Subscribe(stream string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	b.subsMu.Lock()
-	m := b.subs[stream]
-	if m == nil {
-		m = map[chan struct{}]struct{}{}
-		b.subs[stream] = m
-	}
-	m[ch] = struct{}{}
-	b.subsMu.Unlock()
-	return ch, func() {
-		b.subsMu.Lock()
-		delete(b.subs[stream], ch)
-		if len(b.subs[stream]) == 0 {
-			delete(b.subs, stream)
-		}
-		b.subsMu.Unlock()
-	}
+	return b.hub.Subscribe(stream)
 }
 
-func (b *Backend) notify(stream string) {
-	b.subsMu.Lock()
-	for ch := range b.subs[stream] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	b.subsMu.Unlock()
-}
+func (b *Backend) notify(stream string) { b.hub.Signal(stream) }
 
 // CreateStream implements rheo.Backend.
 func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {

@@ -61,6 +61,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/notify"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
@@ -122,9 +123,8 @@ type Backend struct {
 	opts options
 	w, r *sql.DB
 
-	subsMu   sync.Mutex
-	subs     map[string]map[chan struct{}]struct{}
-	nsubs    int
+	hub      notify.Hub
+	pollMu   sync.Mutex
 	stopPoll context.CancelFunc
 	pollDone chan struct{}
 
@@ -203,9 +203,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	}
 	r.SetMaxOpenConns(o.readers + 1)
 	r.SetMaxIdleConns(o.readers + 1)
-	b := &Backend{path: path, opts: o, w: w, r: r, subs: map[string]map[chan struct{}]struct{}{}}
+	b := &Backend{path: path, opts: o, w: w, r: r}
+	b.hub.OnFirst, b.hub.OnLast = b.startPoller, b.stopPoller
 	b.Store = sqlstore.New(sqlstore.Config{Dialect: dialect{}, Write: w, SingleWriter: true, Read: r,
-		Changed: b.signal, Committed: b.committed})
+		Changed: b.hub.Signal, Committed: b.committed})
 	if err := b.startCheckpointer(pragmas()); err != nil {
 		b.Close()
 		return nil, err
@@ -275,14 +276,7 @@ func (b *Backend) Settings() string {
 func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
-		b.subsMu.Lock()
-		stop, done := b.stopPoll, b.pollDone
-		b.stopPoll, b.pollDone = nil, nil
-		b.subsMu.Unlock()
-		if stop != nil {
-			stop()
-			<-done
-		}
+		b.stopPoller()
 		if b.ckptStop != nil {
 			b.ckptStop()
 			<-b.ckptDone
@@ -296,59 +290,34 @@ func (b *Backend) Close() error {
 	return err
 }
 
-// Subscribe implements rheo.Notifier.
+// Subscribe implements rheo.Notifier. Commits in this process signal at
+// once; while anyone is subscribed, a poller notices other processes' commits.
 func (b *Backend) Subscribe(stream string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	b.subsMu.Lock()
-	m := b.subs[stream]
-	if m == nil {
-		m = map[chan struct{}]struct{}{}
-		b.subs[stream] = m
-	}
-	m[ch] = struct{}{}
-	b.nsubs++
-	if b.nsubs == 1 && b.stopPoll == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		b.stopPoll, b.pollDone = cancel, make(chan struct{})
-		// The baseline is taken before Subscribe returns, so that a commit
-		// by another process right after it is noticed.
-		p := b.newPoller(ctx)
-		go p.run(ctx, b.pollDone)
-	}
-	b.subsMu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			b.subsMu.Lock()
-			delete(b.subs[stream], ch)
-			if len(b.subs[stream]) == 0 {
-				delete(b.subs, stream)
-			}
-			b.nsubs--
-			var stop context.CancelFunc
-			var done chan struct{}
-			if b.nsubs == 0 {
-				stop, done = b.stopPoll, b.pollDone
-				b.stopPoll, b.pollDone = nil, nil
-			}
-			b.subsMu.Unlock()
-			if stop != nil {
-				stop()
-				<-done
-			}
-		})
-	}
+	return b.hub.Subscribe(stream)
 }
 
-// signal wakes the subscribers of stream without blocking.
-func (b *Backend) signal(stream string) {
-	b.subsMu.Lock()
-	defer b.subsMu.Unlock()
-	for ch := range b.subs[stream] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+func (b *Backend) startPoller() {
+	b.pollMu.Lock()
+	defer b.pollMu.Unlock()
+	if b.stopPoll != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopPoll, b.pollDone = cancel, make(chan struct{})
+	// The baseline is taken before Subscribe returns, so that a commit by
+	// another process right after it is noticed.
+	p := b.newPoller(ctx)
+	go p.run(ctx, b.pollDone)
+}
+
+func (b *Backend) stopPoller() {
+	b.pollMu.Lock()
+	stop, done := b.stopPoll, b.pollDone
+	b.stopPoll, b.pollDone = nil, nil
+	b.pollMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
 	}
 }
 
@@ -396,7 +365,7 @@ func (p *poller) check(ctx context.Context, wake bool) bool {
 			return false
 		}
 		if old, seen := p.seen[name]; wake || (seen && old != n) || (!seen && p.version != -1) {
-			p.b.signal(name)
+			p.b.hub.Signal(name)
 		}
 		p.seen[name] = n
 	}
