@@ -64,39 +64,35 @@ appended in atomic batches of up to 10,000 events.`,
 					msgs[i].Partition = &part
 				}
 			}
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var all []rheo.Event
-			for chunk := range slices.Chunk(msgs, rheo.MaxLimit) {
-				evs, err := c.AppendBatch(ctx, stream, chunk)
-				if err != nil {
-					if len(all) > 0 {
-						return fmt.Errorf("after appending %d events: %w", len(all), err)
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				var all []rheo.Event
+				for chunk := range slices.Chunk(msgs, rheo.MaxLimit) {
+					evs, err := c.AppendBatch(ctx, stream, chunk)
+					if err != nil {
+						if len(all) > 0 {
+							return fmt.Errorf("after appending %d events: %w", len(all), err)
+						}
+						return err
 					}
-					return err
+					all = append(all, evs...)
 				}
-				all = append(all, evs...)
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, eventsJSON(all))
-			}
-			if len(all) <= appendSummaryAbove {
-				t := newTable(a.stdout, "PARTITION", "SEQ", "ID", "TYPE", "KEY")
-				for _, e := range all {
-					t.row(e.Partition, e.Sequence, e.ID, dash(e.Type), dash(e.Key))
+				if a.jsonOut {
+					return writeJSON(a.stdout, eventsJSON(all))
+				}
+				if len(all) <= appendSummaryAbove {
+					t := newTable(a.stdout, "PARTITION", "SEQ", "ID", "TYPE", "KEY")
+					for _, e := range all {
+						t.row(e.Partition, e.Sequence, e.ID, dash(e.Type), dash(e.Key))
+					}
+					return t.flush()
+				}
+				fmt.Fprintf(a.stdout, "appended %d events to %s\n", len(all), stream)
+				t := newTable(a.stdout, "PARTITION", "EVENTS", "SEQ")
+				for _, r := range seqRanges(all) {
+					t.row(r.partition, r.count, fmt.Sprintf("%d..%d", r.first, r.last))
 				}
 				return t.flush()
-			}
-			fmt.Fprintf(a.stdout, "appended %d events to %s\n", len(all), stream)
-			t := newTable(a.stdout, "PARTITION", "EVENTS", "SEQ")
-			for _, r := range seqRanges(all) {
-				t.row(r.partition, r.count, fmt.Sprintf("%d..%d", r.first, r.last))
-			}
-			return t.flush()
+			})
 		}),
 	}
 	fs := cmd.Flags()
@@ -176,34 +172,33 @@ the next page.`,
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var page rheo.Page
-			if pagedOrder(query.OrderBy) {
-				page, err = c.QueryPage(ctx, query)
-			} else {
-				page.Events, err = c.Query(ctx, query)
-			}
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, struct {
-					Events     []eventJSON `json:"events"`
-					NextCursor string      `json:"next_cursor"`
-				}{eventsJSON(page.Events), page.NextCursor})
-			}
-			if err := a.writeEvents(a.stdout, page.Events); err != nil {
-				return err
-			}
-			if page.NextCursor != "" {
-				fmt.Fprintf(a.stdout, "next page: --cursor %s\n", page.NextCursor)
-			}
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				var (
+					page rheo.Page
+					err  error
+				)
+				if pagedOrder(query.OrderBy) {
+					page, err = c.QueryPage(ctx, query)
+				} else {
+					page.Events, err = c.Query(ctx, query)
+				}
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return writeJSON(a.stdout, struct {
+						Events     []eventJSON `json:"events"`
+						NextCursor string      `json:"next_cursor"`
+					}{eventsJSON(page.Events), page.NextCursor})
+				}
+				if err := a.writeEvents(a.stdout, page.Events); err != nil {
+					return err
+				}
+				if page.NextCursor != "" {
+					fmt.Fprintf(a.stdout, "next page: --cursor %s\n", page.NextCursor)
+				}
+				return nil
+			})
 		}),
 	}
 	q.register(cmd.Flags())
@@ -249,9 +244,10 @@ the existing events first. With --json it prints one JSON object per line.`,
 			if limit < 0 {
 				return usagef("tail: --limit %d is negative", limit)
 			}
-			ctx := cmd.Context()
-			err := a.tail(ctx, args[0], partitions, fromBeginning, interval, limit)
-			if err != nil && ctx.Err() != nil {
+			err := a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				return a.tail(ctx, c, args[0], partitions, fromBeginning, interval, limit)
+			})
+			if err != nil && cmd.Context().Err() != nil {
 				// Interrupted: stopping is what the user asked for.
 				return nil
 			}
@@ -267,12 +263,7 @@ the existing events first. With --json it prints one JSON object per line.`,
 }
 
 // tail prints the stream's events as they come, polling each partition.
-func (a *app) tail(ctx context.Context, stream string, partitions []int, fromBeginning bool, interval time.Duration, limit int) error {
-	c, err := a.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+func (a *app) tail(ctx context.Context, c *rheo.Client, stream string, partitions []int, fromBeginning bool, interval time.Duration, limit int) error {
 	parts, err := tailPartitions(ctx, c, stream, partitions)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -44,33 +45,29 @@ func (a *app) streamsCommand() *cobra.Command {
 		Example: "  rheo streams",
 		Args:    cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			streams, err := c.ListStreams(ctx)
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				type streamJSON struct {
-					Name       string    `json:"name"`
-					Partitions int       `json:"partitions"`
-					CreatedAt  time.Time `json:"created_at"`
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				streams, err := c.ListStreams(ctx)
+				if err != nil {
+					return err
 				}
-				out := make([]streamJSON, len(streams))
-				for i, s := range streams {
-					out[i] = streamJSON{s.Name, s.Partitions, s.CreatedAt}
+				if a.jsonOut {
+					type streamJSON struct {
+						Name       string    `json:"name"`
+						Partitions int       `json:"partitions"`
+						CreatedAt  time.Time `json:"created_at"`
+					}
+					out := make([]streamJSON, len(streams))
+					for i, s := range streams {
+						out[i] = streamJSON{s.Name, s.Partitions, s.CreatedAt}
+					}
+					return writeJSON(a.stdout, out)
 				}
-				return writeJSON(a.stdout, out)
-			}
-			t := newTable(a.stdout, "STREAM", "PARTITIONS", "CREATED")
-			for _, s := range streams {
-				t.row(s.Name, s.Partitions, fmtTime(s.CreatedAt))
-			}
-			return t.flush()
+				t := newTable(a.stdout, "STREAM", "PARTITIONS", "CREATED")
+				for _, s := range streams {
+					t.row(s.Name, s.Partitions, fmtTime(s.CreatedAt))
+				}
+				return t.flush()
+			})
 		}),
 	}
 }
@@ -82,34 +79,30 @@ func (a *app) groupsCommand() *cobra.Command {
 		Example: "  rheo groups orders",
 		Args:    cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			names, err := c.ListGroups(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			infos := make([]rheo.GroupInfo, len(names))
-			for i, g := range names {
-				if infos[i], err = c.GroupInfo(ctx, args[0], g); err != nil {
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				names, err := c.ListGroups(ctx, args[0])
+				if err != nil {
 					return err
 				}
-			}
-			if a.jsonOut {
-				out := make([]groupInfoJSON, len(infos))
-				for i, info := range infos {
-					out[i] = toGroupInfoJSON(info)
+				infos := make([]rheo.GroupInfo, len(names))
+				for i, g := range names {
+					if infos[i], err = c.GroupInfo(ctx, args[0], g); err != nil {
+						return err
+					}
 				}
-				return writeJSON(a.stdout, out)
-			}
-			t := newTable(a.stdout, "GROUP", "LAG", "INFLIGHT", "AVAILABLE", "DEAD", "OLDEST PENDING")
-			for _, info := range infos {
-				t.row(info.Group, info.Lag.Total, info.Inflight, info.Available, info.DeadLetters, fmtTime(info.OldestPending))
-			}
-			return t.flush()
+				if a.jsonOut {
+					out := make([]groupInfoJSON, len(infos))
+					for i, info := range infos {
+						out[i] = toGroupInfoJSON(info)
+					}
+					return writeJSON(a.stdout, out)
+				}
+				t := newTable(a.stdout, "GROUP", "LAG", "INFLIGHT", "AVAILABLE", "DEAD", "OLDEST PENDING")
+				for _, info := range infos {
+					t.row(info.Group, info.Lag.Total, info.Inflight, info.Available, info.DeadLetters, fmtTime(info.OldestPending))
+				}
+				return t.flush()
+			})
 		}),
 	}
 }
@@ -122,20 +115,14 @@ func (a *app) createStreamCommand() *cobra.Command {
 		Example: "  rheo create-stream orders --partitions 4",
 		Args:    cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.CreateStream(ctx, args[0], rheo.StreamConfig{Partitions: partitions}); err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, map[string]any{"stream": args[0], "partitions": max(partitions, 1)})
-			}
-			fmt.Fprintf(a.stdout, "created stream %s (%d partitions)\n", args[0], max(partitions, 1))
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				if err := c.CreateStream(ctx, args[0], rheo.StreamConfig{Partitions: partitions}); err != nil {
+					return err
+				}
+				n := max(partitions, 1)
+				return a.writeResult(map[string]any{"stream": args[0], "partitions": n},
+					"created stream %s (%d partitions)", args[0], n)
+			})
 		}),
 	}
 	cmd.Flags().IntVar(&partitions, "partitions", 1, "number of partitions (1-1024)")
@@ -161,21 +148,14 @@ scope (default all partitions): beginning (default), latest, a sequence number
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			cfg := rheo.GroupConfig{MaxAttempts: maxAttempts, Start: pos, Partitions: partitions}
-			if err := c.CreateGroup(ctx, args[0], args[1], cfg); err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, map[string]any{"stream": args[0], "group": args[1]})
-			}
-			fmt.Fprintf(a.stdout, "created group %s on stream %s\n", args[1], args[0])
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				cfg := rheo.GroupConfig{MaxAttempts: maxAttempts, Start: pos, Partitions: partitions}
+				if err := c.CreateGroup(ctx, args[0], args[1], cfg); err != nil {
+					return err
+				}
+				return a.writeResult(map[string]any{"stream": args[0], "group": args[1]},
+					"created group %s on stream %s", args[1], args[0])
+			})
 		}),
 	}
 	fs := cmd.Flags()
@@ -238,25 +218,21 @@ high watermark - frontier. A leased but unsettled event keeps counting.`,
 		Example: "  rheo lag orders fulfillment\n  rheo lag orders fulfillment --partition 0 --json",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			lag, err := c.Lag(ctx, args[0], args[1], partitions...)
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, toLagJSON(lag))
-			}
-			t := newTable(a.stdout, "PARTITION", "FRONTIER", "HIGH WATERMARK", "LAG")
-			for _, p := range lag.Partitions {
-				t.row(p.Partition, p.Frontier, p.HighWatermark, p.Lag)
-			}
-			t.row("total", "", "", lag.Total)
-			return t.flush()
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				lag, err := c.Lag(ctx, args[0], args[1], partitions...)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return writeJSON(a.stdout, toLagJSON(lag))
+				}
+				t := newTable(a.stdout, "PARTITION", "FRONTIER", "HIGH WATERMARK", "LAG")
+				for _, p := range lag.Partitions {
+					t.row(p.Partition, p.Frontier, p.HighWatermark, p.Lag)
+				}
+				t.row("total", "", "", lag.Total)
+				return t.flush()
+			})
 		}),
 	}
 	cmd.Flags().IntSliceVar(&partitions, "partition", nil, "only these partitions (repeatable)")
@@ -273,28 +249,24 @@ timestamp of the oldest event not yet terminal for the group.`,
 		Example: "  rheo info orders fulfillment",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			info, err := c.GroupInfo(ctx, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, toGroupInfoJSON(info))
-			}
-			t := newTable(a.stdout)
-			t.row("stream", info.Stream)
-			t.row("group", info.Group)
-			t.row("lag", info.Lag.Total)
-			t.row("inflight", info.Inflight)
-			t.row("available", info.Available)
-			t.row("dead letters", info.DeadLetters)
-			t.row("oldest pending", fmtTime(info.OldestPending))
-			return t.flush()
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				info, err := c.GroupInfo(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return writeJSON(a.stdout, toGroupInfoJSON(info))
+				}
+				t := newTable(a.stdout)
+				t.row("stream", info.Stream)
+				t.row("group", info.Group)
+				t.row("lag", info.Lag.Total)
+				t.row("inflight", info.Inflight)
+				t.row("available", info.Available)
+				t.row("dead letters", info.DeadLetters)
+				t.row("oldest pending", fmtTime(info.OldestPending))
+				return t.flush()
+			})
 		}),
 	}
 }
@@ -311,37 +283,33 @@ func (a *app) deadLettersCommand() *cobra.Command {
 		Example: "  rheo dead-letters orders fulfillment\n  rheo dead-letters orders fulfillment --after EVENT_ID --limit 50",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			dls, err := c.DeadLetters(ctx, args[0], args[1], rheo.DeadLetterOptions{Limit: limit, After: after})
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				type deadLetterJSON struct {
-					EventID        string    `json:"event_id"`
-					Partition      int       `json:"partition"`
-					Sequence       int64     `json:"sequence"`
-					Attempts       int       `json:"attempts"`
-					Reason         string    `json:"reason"`
-					DeadLetteredAt time.Time `json:"dead_lettered_at"`
-					Event          eventJSON `json:"event"`
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				dls, err := c.DeadLetters(ctx, args[0], args[1], rheo.DeadLetterOptions{Limit: limit, After: after})
+				if err != nil {
+					return err
 				}
-				out := make([]deadLetterJSON, len(dls))
-				for i, d := range dls {
-					out[i] = deadLetterJSON{d.EventID, d.Partition, d.Sequence, d.Attempts, d.Reason, d.DeadLetteredAt, toEventJSON(d.Event)}
+				if a.jsonOut {
+					type deadLetterJSON struct {
+						EventID        string    `json:"event_id"`
+						Partition      int       `json:"partition"`
+						Sequence       int64     `json:"sequence"`
+						Attempts       int       `json:"attempts"`
+						Reason         string    `json:"reason"`
+						DeadLetteredAt time.Time `json:"dead_lettered_at"`
+						Event          eventJSON `json:"event"`
+					}
+					out := make([]deadLetterJSON, len(dls))
+					for i, d := range dls {
+						out[i] = deadLetterJSON{d.EventID, d.Partition, d.Sequence, d.Attempts, d.Reason, d.DeadLetteredAt, toEventJSON(d.Event)}
+					}
+					return writeJSON(a.stdout, out)
 				}
-				return writeJSON(a.stdout, out)
-			}
-			t := newTable(a.stdout, "PARTITION", "SEQ", "EVENT ID", "ATTEMPTS", "DEAD-LETTERED", "REASON")
-			for _, d := range dls {
-				t.row(d.Partition, d.Sequence, d.EventID, d.Attempts, fmtTime(d.DeadLetteredAt), d.Reason)
-			}
-			return t.flush()
+				t := newTable(a.stdout, "PARTITION", "SEQ", "EVENT ID", "ATTEMPTS", "DEAD-LETTERED", "REASON")
+				for _, d := range dls {
+					t.row(d.Partition, d.Sequence, d.EventID, d.Attempts, fmtTime(d.DeadLetteredAt), d.Reason)
+				}
+				return t.flush()
+			})
 		}),
 	}
 	cmd.Flags().IntVar(&limit, "limit", 100, "most dead letters to list (max 10000)")
@@ -359,21 +327,14 @@ ignored; the count says how many were reopened.`,
 		Example: "  rheo redrive orders fulfillment\n  rheo redrive orders fulfillment 0193a1b2-…",
 		Args:    cobra.MinimumNArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			n, err := c.Redrive(ctx, args[0], args[1], args[2:]...)
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, map[string]any{"redriven": n})
-			}
-			fmt.Fprintf(a.stdout, "redrove %d dead letters of group %s\n", n, args[1])
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				n, err := c.Redrive(ctx, args[0], args[1], args[2:]...)
+				if err != nil {
+					return err
+				}
+				return a.writeResult(map[string]any{"redriven": n},
+					"redrove %d dead letters of group %s", n, args[1])
+			})
 		}),
 	}
 }
@@ -430,24 +391,12 @@ event at or after T), --event ID (repeatable), or query filters (--type, --key,
 			if modes != 1 {
 				return usagef("replay needs exactly one range: --from-seq, --from-time, --event, or query filters")
 			}
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.Replay(ctx, args[0], args[1], from, partitions...); err != nil {
-				return err
-			}
-			lag, err := c.Lag(ctx, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, map[string]any{"replayed": true, "lag": toLagJSON(lag)})
-			}
-			fmt.Fprintf(a.stdout, "replayed group %s on stream %s; lag now %d\n", args[1], args[0], lag.Total)
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				if err := c.Replay(ctx, args[0], args[1], from, partitions...); err != nil {
+					return err
+				}
+				return a.writeLagAfter(ctx, c, args[0], args[1], "replayed")
+			})
 		}),
 	}
 	fs := cmd.Flags()
@@ -457,6 +406,18 @@ event at or after T), --event ID (repeatable), or query filters (--type, --key,
 	fs.IntSliceVar(&partitions, "partition", nil, "restrict the replay to these partitions (repeatable)")
 	q.register(fs)
 	return cmd
+}
+
+// writeLagAfter prints what a change to a group did (done: "replayed",
+// "reset") with the group's lag read right after it, the figure an operator
+// checks next.
+func (a *app) writeLagAfter(ctx context.Context, c *rheo.Client, stream, group, done string) error {
+	lag, err := c.Lag(ctx, stream, group)
+	if err != nil {
+		return err
+	}
+	return a.writeResult(map[string]any{done: true, "lag": toLagJSON(lag)},
+		"%s group %s on stream %s; lag now %d", done, group, stream, lag.Total)
 }
 
 func (a *app) resetCommand() *cobra.Command {
@@ -481,25 +442,13 @@ sequence number or an RFC 3339 time. It refuses to run without --confirm.`,
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			c, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			opts := rheo.ResetOptions{Confirm: true, Start: pos, Partitions: partitions}
-			if err := c.ResetGroup(ctx, args[0], args[1], opts); err != nil {
-				return err
-			}
-			lag, err := c.Lag(ctx, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return writeJSON(a.stdout, map[string]any{"reset": true, "lag": toLagJSON(lag)})
-			}
-			fmt.Fprintf(a.stdout, "reset group %s on stream %s; lag now %d\n", args[1], args[0], lag.Total)
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				opts := rheo.ResetOptions{Confirm: true, Start: pos, Partitions: partitions}
+				if err := c.ResetGroup(ctx, args[0], args[1], opts); err != nil {
+					return err
+				}
+				return a.writeLagAfter(ctx, c, args[0], args[1], "reset")
+			})
 		}),
 	}
 	fs := cmd.Flags()

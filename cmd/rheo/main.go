@@ -211,6 +211,19 @@ func (a *app) client(ctx context.Context, opts ...rheo.Option) (*rheo.Client, er
 	return a.openDSN(ctx, a.storeDSN(), opts...)
 }
 
+// withClient runs f with a client of the store (see client) and the
+// command's context, closing the client when f returns: every command that
+// talks to the store once goes through here.
+func (a *app) withClient(cmd *cobra.Command, f func(ctx context.Context, c *rheo.Client) error) error {
+	ctx := cmd.Context()
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(ctx, c)
+}
+
 func (a *app) openDSN(ctx context.Context, dsn string, opts ...rheo.Option) (*rheo.Client, error) {
 	// Only warnings reach stderr: the command's output is its own.
 	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -62,6 +62,16 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeResult prints what a command did: v as JSON, or else one line of
+// text from format and args.
+func (a *app) writeResult(v any, format string, args ...any) error {
+	if a.jsonOut {
+		return writeJSON(a.stdout, v)
+	}
+	fmt.Fprintf(a.stdout, format+"\n", args...)
+	return nil
+}
+
 // eventJSON is the stable JSON shape of an event for scripts.
 type eventJSON struct {
 	ID        string            `json:"id"`
