@@ -14,34 +14,29 @@ import (
 
 // parseKV turns repeated k=v flags into a map.
 func parseKV(flag string, kvs []string) (map[string]string, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	m := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, usagef("--%s %q: want key=value", flag, kv)
-		}
-		m[k] = v
-	}
-	return m, nil
+	return parsePairs(flag, "key", kvs, func(v string) string { return v })
 }
 
 // parseFields turns repeated path=value flags into payload filters. A value
 // that parses as JSON keeps its JSON type (42, true, null, "42"); anything
 // else is a string.
 func parseFields(kvs []string) (map[string]any, error) {
+	return parsePairs("field", "path", kvs, jsonValue)
+}
+
+// parsePairs turns repeated name=value flags into a map of converted values
+// (nil when none); what names the left side in the usage error.
+func parsePairs[V any](flag, what string, kvs []string, value func(string) V) (map[string]V, error) {
 	if len(kvs) == 0 {
 		return nil, nil
 	}
-	m := make(map[string]any, len(kvs))
+	m := make(map[string]V, len(kvs))
 	for _, kv := range kvs {
-		path, raw, ok := strings.Cut(kv, "=")
-		if !ok || path == "" {
-			return nil, usagef("--field %q: want path=value", kv)
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("--%s %q: want %s=value", flag, kv, what)
 		}
-		m[path] = jsonValue(raw)
+		m[k] = value(v)
 	}
 	return m, nil
 }
