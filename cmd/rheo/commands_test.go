@@ -41,6 +41,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"lag", "orders"}, "accepts 2 arg(s)"},
 		{[]string{"query", "orders", "--order", "sequence:sideways"}, "--order"},
 		{[]string{"query", "orders", "--meta", "novalue"}, "want key=value"},
+		{[]string{"query", "orders", "--field", "=NL"}, `--field "=NL": want path=value`},
 		{[]string{"query", "orders", "--from", "yesterday"}, "RFC 3339"},
 		{[]string{"create-group", "orders", "g", "--start", "soon"}, "--start"},
 		{[]string{"tail", "orders", "--interval", "0s"}, "--interval"},
@@ -138,10 +139,9 @@ func TestAppendPayloadArgument(t *testing.T) {
 		"--partition", "1", "--meta", "producer=shop", "--meta", "note=a=b", "--id", "evt-1")
 	require.Regexp(t, `(?m)^1\s+1\s+evt-1\s+order_placed\s+-$`, out)
 
-	var page struct{ Events []eventJSON }
-	c.jsonOK(&page, "query", "orders")
-	require.Len(t, page.Events, 1)
-	e := page.Events[0]
+	evs, _ := c.events()
+	require.Len(t, evs, 1)
+	e := evs[0]
 	require.Equal(t, "evt-1", e.ID)
 	require.Equal(t, 1, e.Partition)
 	require.JSONEq(t, `{"order_id":"o-1","total":42}`, string(e.Payload))
@@ -149,8 +149,8 @@ func TestAppendPayloadArgument(t *testing.T) {
 
 	// The same ID again writes nothing and returns the stored event.
 	c.ok("append", "orders", `{"other":true}`, "--id", "evt-1")
-	c.jsonOK(&page, "query", "orders")
-	require.Len(t, page.Events, 1)
+	evs, _ = c.events()
+	require.Len(t, evs, 1)
 }
 
 func TestAppendReadsOneJSONObjectPerStdinLine(t *testing.T) {
@@ -184,20 +184,13 @@ func TestAppendRejectsBadInputAndWritesNothing(t *testing.T) {
 	c := newCLI(t)
 	c.ok("create-stream", "orders")
 	c.fails(exitError, "payload must be a JSON object", "append", "orders", `[1,2]`)
-	r := c.runCtx(context.Background(), "{\"ok\":1}\nnot json\n", "append", "orders")
-	require.Equal(t, exitError, r.code)
-	require.Contains(t, r.err, "stdin line 2 is not valid JSON")
-	r = c.runCtx(context.Background(), "{\"ok\":1}\n[2]\n", "append", "orders")
-	require.Equal(t, exitError, r.code, r.err)
-	require.Contains(t, r.err, "message 1")
-	r = c.runCtx(context.Background(), "", "append", "orders")
-	require.Equal(t, exitUsage, r.code)
-	require.Contains(t, r.err, "no payload given")
+	c.failsStdin("{\"ok\":1}\nnot json\n", exitError, "stdin line 2 is not valid JSON", "append", "orders")
+	c.failsStdin("{\"ok\":1}\n[2]\n", exitError, "message 1", "append", "orders")
+	c.fails(exitUsage, "no payload given", "append", "orders")
 	c.fails(exitError, "invalid partition", "append", "orders", `{}`, "--partition", "5")
 
-	var page struct{ Events []eventJSON }
-	c.jsonOK(&page, "query", "orders")
-	require.Empty(t, page.Events, "a failed append writes nothing")
+	evs, _ := c.events()
+	require.Empty(t, evs, "a failed append writes nothing")
 }
 
 // seedOrders appends a known set of events for the query tests.
@@ -220,15 +213,11 @@ func seedOrders(t *testing.T, c *cli) {
 
 func queryIDs(t *testing.T, c *cli, args ...string) (seqs []string, next string) {
 	t.Helper()
-	var page struct {
-		Events     []eventJSON `json:"events"`
-		NextCursor string      `json:"next_cursor"`
-	}
-	c.jsonOK(&page, append([]string{"query", "orders"}, args...)...)
-	for _, e := range page.Events {
+	evs, next := c.events(args...)
+	for _, e := range evs {
 		seqs = append(seqs, fmt.Sprintf("%d/%d", e.Partition, e.Sequence))
 	}
-	return seqs, page.NextCursor
+	return seqs, next
 }
 
 func TestQueryFlagsMapOntoEveryFilter(t *testing.T) {
@@ -268,10 +257,9 @@ func TestQueryTimeWindowAndCursorPaging(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	seedOrders(t, c)
-	var page struct{ Events []eventJSON }
-	c.jsonOK(&page, "query", "orders")
-	first, last := page.Events[0].Timestamp, page.Events[0].Timestamp
-	for _, e := range page.Events {
+	evs, _ := c.events()
+	first, last := evs[0].Timestamp, evs[0].Timestamp
+	for _, e := range evs {
 		first, last = minTime(first, e.Timestamp), maxTime(last, e.Timestamp)
 	}
 
@@ -335,9 +323,7 @@ func TestCreateGroupStartPositions(t *testing.T) {
 func TestGroupsListsLagAndHealth(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	c.ok("create-stream", "orders")
-	c.okStdin("{}\n{}\n", "append", "orders")
-	c.ok("create-group", "orders", "billing")
+	c.ordersWithGroup("billing", "{}\n{}\n")
 	c.ok("create-group", "orders", "audit", "--start", "latest")
 	out := c.ok("groups", "orders")
 	require.Regexp(t, `(?m)^GROUP\s+LAG\s+INFLIGHT\s+AVAILABLE\s+DEAD\s+OLDEST PENDING$`, out)
@@ -362,8 +348,7 @@ func TestLagCountsLeasedEventsUntilAcked(t *testing.T) {
 	c.ok("create-group", "orders", "g")
 
 	cl := c.client()
-	ls, err := cl.Fetch(context.Background(), "orders", "g", rheo.FetchOptions{Limit: 10})
-	require.NoError(t, err)
+	ls := fetchLeases(t, cl, "orders", "g", 10)
 	require.Len(t, ls, 3)
 	require.NoError(t, cl.Ack(context.Background(), ls[1])) // partition 0 seq 2: a hole below it
 
@@ -383,14 +368,10 @@ func TestLagCountsLeasedEventsUntilAcked(t *testing.T) {
 func TestInfoShowsInflightAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	c.ok("create-stream", "orders")
-	c.okStdin("{}\n{}\n{}\n", "append", "orders")
-	c.ok("create-group", "orders", "g")
+	c.ordersWithGroup("g", "{}\n{}\n{}\n")
 	cl := c.client()
-	ctx := context.Background()
-	ls, err := cl.Fetch(ctx, "orders", "g", rheo.FetchOptions{Limit: 2})
-	require.NoError(t, err)
-	require.NoError(t, cl.Reject(ctx, ls[0], "bad payload"))
+	ls := fetchLeases(t, cl, "orders", "g", 2)
+	require.NoError(t, cl.Reject(context.Background(), ls[0], "bad payload"))
 
 	out := c.ok("info", "orders", "g")
 	for _, re := range []string{`(?m)^stream\s+orders$`, `(?m)^group\s+g$`, `(?m)^lag\s+2$`, `(?m)^inflight\s+1$`,
@@ -407,13 +388,10 @@ func TestInfoShowsInflightAndDeadLetters(t *testing.T) {
 func TestDeadLettersThenRedrive(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	c.ok("create-stream", "orders")
-	c.okStdin("{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n", "append", "orders")
-	c.ok("create-group", "orders", "g")
+	c.ordersWithGroup("g", "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n")
 	cl := c.client()
 	ctx := context.Background()
-	ls, err := cl.Fetch(ctx, "orders", "g", rheo.FetchOptions{Limit: 3})
-	require.NoError(t, err)
+	ls := fetchLeases(t, cl, "orders", "g", 3)
 	require.NoError(t, cl.Reject(ctx, ls[0], "unknown customer"))
 	require.NoError(t, cl.Reject(ctx, ls[2], "bad total"))
 	require.NoError(t, cl.Ack(ctx, ls[1]))
@@ -443,8 +421,7 @@ func TestDeadLettersThenRedrive(t *testing.T) {
 	c.jsonOK(&dls, "dead-letters", "orders", "g")
 	require.Empty(t, dls)
 
-	again, err := cl.Fetch(ctx, "orders", "g", rheo.FetchOptions{Limit: 3})
-	require.NoError(t, err)
+	again := fetchLeases(t, cl, "orders", "g", 3)
 	require.Len(t, again, 2, "redriven events are delivered again")
 	require.Equal(t, 1, again[0].Attempt, "attempts start over")
 }
@@ -475,9 +452,8 @@ func TestReplayEveryRange(t *testing.T) {
 		c.jsonOK(&l, "lag", "orders", group)
 		return l.Total
 	}
-	var page struct{ Events []eventJSON }
-	c.jsonOK(&page, "query", "orders", "--partition", "1")
-	firstP1 := page.Events[0]
+	p1, _ := c.events("--partition", "1")
+	firstP1 := p1[0]
 
 	for _, tc := range []struct {
 		args []string
@@ -506,9 +482,7 @@ func TestReplayEveryRange(t *testing.T) {
 func TestResetRefusesWithoutConfirm(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	c.ok("create-stream", "orders")
-	c.okStdin("{}\n{}\n", "append", "orders")
-	c.ok("create-group", "orders", "g")
+	c.ordersWithGroup("g", "{}\n{}\n")
 	consumeAll(t, c.client(), "orders", "g")
 
 	r := c.fails(exitUsage, "rerun with --confirm", "reset", "orders", "g")
@@ -532,24 +506,11 @@ func TestTailFollowsNewEventsWithoutTouchingGroups(t *testing.T) {
 	c.ok("append", "orders", `{"n":2}`, "--partition", "1")
 
 	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	a := newApp(strings.NewReader(""), &out, &errOut)
-	a.getenv = func(string) string { return "" }
-	if c.open != nil {
-		a.open = c.open
-	}
-	go func() {
-		done <- a.run(context.Background(), []string{"--dsn", c.dsn, "tail", "orders", "--from-beginning",
-			"--limit", "4", "--interval", "5ms", "--json"})
-	}()
+	done := c.start(context.Background(), &out, &errOut, "tail", "orders", "--from-beginning",
+		"--limit", "4", "--interval", "5ms", "--json")
 	c.ok("append", "orders", `{"n":3}`, "--partition", "1")
 	c.ok("append", "orders", `{"n":4}`, "--partition", "0")
-	select {
-	case code := <-done:
-		require.Equal(t, 0, code, errOut.String())
-	case <-time.After(time.Minute):
-		t.Fatal("tail did not print 4 events")
-	}
+	require.Equal(t, 0, c.exited(done, "tail did not print 4 events"), errOut.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 4)
 	seen := map[string]bool{}
@@ -573,15 +534,7 @@ func TestTailSkipsExistingEventsAndStopsOnCancel(t *testing.T) {
 	c.ok("append", "orders", `{"old":true}`)
 
 	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	a := newApp(strings.NewReader(""), &out, &errOut)
-	a.getenv = func(string) string { return "" }
-	if c.open != nil {
-		a.open = c.open
-	}
-	go func() {
-		done <- a.run(context.Background(), []string{"--dsn", c.dsn, "tail", "orders", "--limit", "1", "--interval", "5ms"})
-	}()
+	done := c.start(context.Background(), &out, &errOut, "tail", "orders", "--limit", "1", "--interval", "5ms")
 	// Keep appending until tail, once started, sees one: it must be new.
 	code := -1
 	for i := 0; code < 0 && i < 10000; i++ {
@@ -596,37 +549,28 @@ func TestTailSkipsExistingEventsAndStopsOnCancel(t *testing.T) {
 
 	// Interrupt a tail that is running (it has printed): it exits 0.
 	var out2 syncBuffer
-	a2 := newApp(strings.NewReader(""), &out2, &errOut)
-	a2.getenv = func(string) string { return "" }
-	if c.open != nil {
-		a2.open = c.open
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		done <- a2.run(ctx, []string{"--dsn", c.dsn, "tail", "orders", "--from-beginning", "--interval", "5ms"})
-	}()
+	done = c.start(ctx, &out2, &errOut, "tail", "orders", "--from-beginning", "--interval", "5ms")
 	for i := 0; out2.String() == "" && i < 6000; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.NotEmpty(t, out2.String(), "tail printed the existing events")
 	cancel()
-	select {
-	case code := <-done:
-		require.Equal(t, 0, code, "an interrupted tail exits cleanly: %s", errOut.String())
-	case <-time.After(time.Minute):
-		t.Fatal("tail did not stop on cancel")
-	}
+	require.Equal(t, 0, c.exited(done, "tail did not stop on cancel"), "an interrupted tail exits cleanly: %s", errOut.String())
 	c.fails(exitError, "stream not found", "tail", "nosuch")
 	c.fails(exitError, "invalid partition", "tail", "orders", "--partition", "3")
+}
+
+// benchReport is what `rheo bench --json` prints.
+type benchReport struct {
+	Settings benchSettings `json:"settings"`
+	Results  []benchRate   `json:"results"`
 }
 
 func TestBenchReportsRatesAndSettings(t *testing.T) {
 	t.Parallel()
 	c := memoryCLI(t)
-	var rep struct {
-		Settings benchSettings `json:"settings"`
-		Results  []benchRate   `json:"results"`
-	}
+	var rep benchReport
 	c.jsonOK(&rep, "bench", "--events", "300", "--batch", "50", "--fetch-limit", "40", "--consumers", "2", "--partitions", "3", "--groups", "2")
 	require.Equal(t, benchSettings{DSN: "memory:", Stream: rep.Settings.Stream, Events: 300, Batch: 50,
 		Partitions: 3, FetchLimit: 40, Consumers: 2, Groups: 2}, rep.Settings)
@@ -674,10 +618,7 @@ func maxTime(a, b time.Time) time.Time {
 func TestBenchOnSQLiteFile(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	var rep struct {
-		Settings benchSettings `json:"settings"`
-		Results  []benchRate   `json:"results"`
-	}
+	var rep benchReport
 	c.jsonOK(&rep, "bench", "--events", "200", "--batch", "20")
 	require.Equal(t, c.dsn, rep.Settings.DSN)
 	require.Len(t, rep.Results, 3)
@@ -693,9 +634,7 @@ func TestBenchWithoutDSNUsesATemporaryFile(t *testing.T) {
 	a.getenv = func(string) string { return "" }
 	code := a.run(context.Background(), []string{"bench", "--events", "50", "--json"})
 	require.Equal(t, 0, code, errOut.String())
-	var rep struct {
-		Settings benchSettings `json:"settings"`
-	}
+	var rep benchReport
 	require.NoError(t, json.Unmarshal([]byte(out.String()), &rep))
 	require.Regexp(t, `^sqlite:.*rheo-bench-\d+/bench\.db$`, rep.Settings.DSN)
 	require.NoFileExists(t, "rheo.db", "bench never writes to the default store")

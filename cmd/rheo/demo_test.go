@@ -76,13 +76,17 @@ func TestDemoInProcessOnMemory(t *testing.T) {
 	require.Regexp(t, `(?m)^ok: every fact held in \d+\.\ds\.`, out.String())
 }
 
+// lostAckFailure is the demo's stderr when worker B's acks never reach the
+// store (--fault skip-ack), in process or with real workers.
+const lostAckFailure = "rheo: demo failed at t9 (lag): after worker B's acks, lag is 5 with 5 leases inflight; " +
+	"want 0 and 0: the store did not record the acks\n"
+
 func TestDemoFailsLoudlyWhenAnAckIsLost(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--dsn", "memory:", "--fault", "skip-ack"}, strings.NewReader(""), &out, &errOut)
 	require.Equal(t, exitError, code)
-	require.Equal(t, "rheo: demo failed at t9 (lag): after worker B's acks, lag is 5 with 5 leases inflight; "+
-		"want 0 and 0: the store did not record the acks\n", errOut.String())
+	require.Equal(t, lostAckFailure, errOut.String())
 	require.NotContains(t, out.String(), "ok: every fact held")
 }
 
@@ -96,9 +100,7 @@ func TestDemoRejectsUnknownFault(t *testing.T) {
 func TestDemoWorkerAcksALeaseFromStdin(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	c.ok("create-stream", "orders")
-	c.ok("append", "orders", "{}")
-	c.ok("create-group", "orders", "fulfillment")
+	c.ordersWithGroup("fulfillment", "{}")
 	out := c.ok("demo-worker", "--mode", "fetch-and-ack", "--consumer", "w")
 	var rep workerBReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
@@ -187,8 +189,7 @@ func TestDemoKillsARealWorkerProcess(t *testing.T) {
 		t.Parallel()
 		out, errOut, code := runBinary(t, bin, "demo", "--fault", "skip-ack")
 		require.Equal(t, exitError, code, "stdout:\n%s", out)
-		require.Equal(t, "rheo: demo failed at t9 (lag): after worker B's acks, lag is 5 with 5 leases inflight; "+
-			"want 0 and 0: the store did not record the acks\n", errOut)
+		require.Equal(t, lostAckFailure, errOut)
 		verbs, _ := timeline(t, out)
 		require.Equal(t, demoSteps[:9], verbs, "the demo stops at the broken fact")
 		require.Regexp(t, `(?m)^store kept: rheo --dsn sqlite:\S+demo\.db info orders fulfillment$`, out, "the evidence stays")

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +76,8 @@ func (c *cli) client() *rheo.Client {
 	return cl
 }
 
-func (c *cli) app(stdin string, out, errOut *bytes.Buffer) *app {
+// app is the command as the test runs it: the test's store, no environment.
+func (c *cli) app(stdin string, out, errOut io.Writer) *app {
 	a := newApp(strings.NewReader(stdin), out, errOut)
 	a.getenv = func(string) string { return "" }
 	if c.open != nil {
@@ -94,19 +97,46 @@ func (c *cli) run(args ...string) result {
 	return c.runCtx(context.Background(), "", args...)
 }
 
+// start runs the command in the background, writing to out and errOut, and
+// returns where its exit code will arrive.
+func (c *cli) start(ctx context.Context, out, errOut io.Writer, args ...string) <-chan int {
+	done := make(chan int, 1)
+	a := c.app("", out, errOut)
+	go func() { done <- a.run(ctx, append([]string{"--dsn", c.dsn}, args...)) }()
+	return done
+}
+
+// exited waits (a minute at most) for a command started by start to exit
+// and returns its exit code; what is the failure when it does not.
+func (c *cli) exited(done <-chan int, what string) int {
+	c.t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(time.Minute):
+		c.t.Fatal(what)
+		return -1
+	}
+}
+
+// requireCode requires the exit code of the run of args, showing its output
+// when it differs.
+func (c *cli) requireCode(code int, r result, args []string) {
+	c.t.Helper()
+	require.Equal(c.t, code, r.code, "rheo %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.out, r.err)
+}
+
 // ok runs the command, requires exit 0 and returns stdout.
 func (c *cli) ok(args ...string) string {
 	c.t.Helper()
-	r := c.run(args...)
-	require.Equal(c.t, 0, r.code, "rheo %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.out, r.err)
-	return r.out
+	return c.okStdin("", args...)
 }
 
 // okStdin is ok with stdin.
 func (c *cli) okStdin(stdin string, args ...string) string {
 	c.t.Helper()
 	r := c.runCtx(context.Background(), stdin, args...)
-	require.Equal(c.t, 0, r.code, "rheo %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.out, r.err)
+	c.requireCode(exitOK, r, args)
 	return r.out
 }
 
@@ -114,8 +144,14 @@ func (c *cli) okStdin(stdin string, args ...string) string {
 // "rheo: …" message on stderr containing want.
 func (c *cli) fails(code int, want string, args ...string) result {
 	c.t.Helper()
-	r := c.run(args...)
-	require.Equal(c.t, code, r.code, "rheo %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.out, r.err)
+	return c.failsStdin("", code, want, args...)
+}
+
+// failsStdin is fails with stdin.
+func (c *cli) failsStdin(stdin string, code int, want string, args ...string) result {
+	c.t.Helper()
+	r := c.runCtx(context.Background(), stdin, args...)
+	c.requireCode(code, r, args)
 	first, _, _ := strings.Cut(r.err, "\n")
 	require.True(c.t, strings.HasPrefix(first, "rheo: "), "stderr: %q", r.err)
 	require.Contains(c.t, first, want)
@@ -127,6 +163,35 @@ func (c *cli) jsonOK(v any, args ...string) {
 	c.t.Helper()
 	out := c.ok(append(args, "--json")...)
 	require.NoError(c.t, json.Unmarshal([]byte(out), v), "stdout: %s", out)
+}
+
+// ordersWithGroup creates the stream orders holding one event per line of
+// payloads, and group on it from the beginning.
+func (c *cli) ordersWithGroup(group, payloads string) {
+	c.t.Helper()
+	c.ok("create-stream", "orders")
+	c.okStdin(payloads, "append", "orders")
+	c.ok("create-group", "orders", group)
+}
+
+// events returns the events `rheo query orders args…` lists, with the next
+// page's cursor.
+func (c *cli) events(args ...string) (evs []eventJSON, next string) {
+	c.t.Helper()
+	var page struct {
+		Events     []eventJSON `json:"events"`
+		NextCursor string      `json:"next_cursor"`
+	}
+	c.jsonOK(&page, append([]string{"query", "orders"}, args...)...)
+	return page.Events, page.NextCursor
+}
+
+// fetchLeases leases up to limit events of the group straight from the store.
+func fetchLeases(t *testing.T, cl *rheo.Client, stream, group string, limit int) []rheo.Lease {
+	t.Helper()
+	ls, err := cl.Fetch(context.Background(), stream, group, rheo.FetchOptions{Limit: limit})
+	require.NoError(t, err)
+	return ls
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes to it.
