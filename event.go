@@ -151,19 +151,26 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 	}
 	now := c.now()
 	evs := make([]Event, len(ms))
-	var seen map[string]int
-	if len(ms) > 1 {
-		seen = make(map[string]int, len(ms))
-	}
+	// One buffer holds every compacted payload of the batch (compaction
+	// never grows a payload); each event gets a capacity-limited slice.
+	size := 0
 	for i := range ms {
-		e, err := c.prepare(stream, n, &ms[i], now)
+		size += max(len(ms[i].Payload), 2)
+	}
+	arena := make([]byte, 0, size)
+	var seen map[string]int // caller-chosen IDs; generated ones never collide
+	for i := range ms {
+		e, err := c.prepare(stream, n, &ms[i], now, &arena)
 		if err != nil {
 			if len(ms) > 1 {
 				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
 			}
 			return nil, err
 		}
-		if seen != nil {
+		if ms[i].ID != "" && len(ms) > 1 {
+			if seen == nil {
+				seen = map[string]int{}
+			}
 			if j, dup := seen[e.ID]; dup {
 				return nil, Errorf(ErrInvalidArgument, "stream %q: messages %d and %d share ID %q", stream, j, i, e.ID)
 			}
@@ -174,7 +181,7 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 	return evs, nil
 }
 
-func (c *Client) prepare(stream string, n int, m *Message, now time.Time) (Event, error) {
+func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena *[]byte) (Event, error) {
 	e := Event{Stream: stream, ID: m.ID, Type: m.Type, Key: m.Key, Metadata: m.Metadata}
 	if e.ID == "" {
 		e.ID = id.Event()
@@ -209,7 +216,7 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time) (Event
 		}
 		size += len(k) + len(v)
 	}
-	payload, err := compactObject(m.Payload)
+	payload, err := compactObject(arena, m.Payload)
 	if err != nil {
 		return e, err
 	}
@@ -226,27 +233,30 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time) (Event
 	return e, nil
 }
 
-// compactObject checks that p is a JSON object and returns a fresh copy
-// without insignificant whitespace.
-func compactObject(p json.RawMessage) (json.RawMessage, error) {
-	if len(p) == 0 {
-		return json.RawMessage("{}"), nil
-	}
-	var out []byte
-	if bytes.ContainsAny(p, " \t\r\n") {
-		var buf bytes.Buffer
-		buf.Grow(len(p))
-		if err := json.Compact(&buf, p); err != nil {
+// compactObject checks that p is a JSON object and appends it, without
+// insignificant whitespace, to the arena (which must have room for p, or 2
+// bytes when p is empty); it returns the appended slice, capacity-limited.
+func compactObject(arena *[]byte, p json.RawMessage) (json.RawMessage, error) {
+	start := len(*arena)
+	switch {
+	case len(p) == 0:
+		*arena = append(*arena, '{', '}')
+	case bytes.ContainsAny(p, " \t\r\n"):
+		buf := bytes.NewBuffer((*arena)[start:start])
+		if err := json.Compact(buf, p); err != nil {
 			return nil, Wrap(ErrInvalidArgument, err, "payload is not valid JSON")
 		}
-		out = buf.Bytes()
-	} else {
+		// Compaction never grows p, so buf wrote in place; the append is a
+		// no-op copy then, and stays correct if it ever did not.
+		*arena = append((*arena)[:start], buf.Bytes()...)
+	default:
 		// Already compact (the common case): validate without a buffer.
 		if !json.Valid(p) {
 			return nil, Wrap(ErrInvalidArgument, json.Compact(new(bytes.Buffer), p), "payload is not valid JSON")
 		}
-		out = bytes.Clone(p)
+		*arena = append(*arena, p...)
 	}
+	out := (*arena)[start:len(*arena):len(*arena)]
 	if out[0] != '{' {
 		return nil, Errorf(ErrInvalidArgument, "payload must be a JSON object, got %.20s", out)
 	}

@@ -364,6 +364,11 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		return nil, err
 	}
 	out := make([]rheo.Event, len(evs))
+	size := 0
+	for _, e := range evs {
+		size += len(e.Payload)
+	}
+	copies := make([]byte, 0, size) // one buffer for every returned payload
 	for i, e := range evs {
 		if at, dup := s.ids[e.ID]; dup {
 			out[i] = clone(*s.parts[at.partition].at(at.seq))
@@ -371,12 +376,16 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		}
 		e.Stream = name
 		e.Sequence = s.parts[e.Partition].len() + 1
-		// The facade hands over a fresh payload buffer; metadata is the
+		// The facade hands over the payload buffer; metadata is the
 		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
 		s.parts[e.Partition].append(e)
 		s.ids[e.ID] = pos{e.Partition, e.Sequence}
-		out[i] = clone(e)
+		start := len(copies)
+		copies = append(copies, e.Payload...)
+		e.Payload = copies[start:len(copies):len(copies)]
+		e.Metadata = cloneMap(e.Metadata)
+		out[i] = e
 	}
 	b.mu.Unlock()
 	b.notify(name)
