@@ -1,5 +1,10 @@
 package postgres
 
+import (
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/sqlstore"
+)
+
 // AppendSQLForTest exposes the append statement to the package's tests.
 func (b *Backend) AppendSQLForTest() string { return b.appendSQL }
 
@@ -8,3 +13,10 @@ func (b *Backend) SettleSQLForTest() string { return b.settleSQL }
 
 // FetchSQLForTest exposes the fetch statement to the package's tests.
 func (b *Backend) FetchSQLForTest() string { return b.fetchWait }
+
+// QuerySQLForTest compiles q on the stream with id streamID as Query runs it.
+func (b *Backend) QuerySQLForTest(streamID int64, q rheo.QuerySpec) (string, []any) {
+	d := dialect{q: b.q}
+	bl := sqlstore.BuildQuery(d, streamID, q)
+	return d.Rebind(bl.SQL()), bl.Args()
+}
