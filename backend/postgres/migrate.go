@@ -109,6 +109,17 @@ func MigrationSQL(schema string) (string, error) {
 	return b.String(), nil
 }
 
+// MigrationSQLForDSN is MigrationSQL for the schema a postgres:// or
+// postgresql:// DSN names (its rheo_schema parameter, DefaultSchema when
+// absent). It does not connect.
+func MigrationSQLForDSN(dsn string) (string, error) {
+	_, schema, err := splitSchema(dsn)
+	if err != nil {
+		return "", err
+	}
+	return MigrationSQL(schema)
+}
+
 // Migrate implements rheo.Backend: it creates the schema and applies the
 // missing migrations in one transaction under an advisory lock, so it is
 // idempotent and safe when several processes run it at once.

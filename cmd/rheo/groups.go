@@ -3,24 +3,35 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
 )
 
 func (a *app) migrateCommand() *cobra.Command {
-	return &cobra.Command{
+	var printSQL bool
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the store's schema (idempotent)",
 		Long: `Create or upgrade the store's schema and indexes. Running it again is a no-op.
 Embedded stores (memory:, sqlite:) are migrated by every command; shared stores
-(postgres://, redis://) only by this one.`,
-		Example: "  rheo migrate --dsn postgres://rheo@db/rheo",
+(postgres://, redis://) only by this one.
+
+--print writes the schema SQL instead, without connecting, for applying
+migrations with your own tool (PostgreSQL only: one idempotent script, to run
+in a single transaction; the rheo_schema DSN parameter picks the schema).`,
+		Example: "  rheo migrate --dsn postgres://rheo@db/rheo\n  rheo migrate --print --dsn 'postgres://rheo@db/rheo?rheo_schema=events' > rheo.sql",
 		Args:    cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if printSQL {
+				return a.printMigration()
+			}
 			c, err := a.open(ctx, a.storeDSN())
 			if err != nil {
 				return fmt.Errorf("open %s: %w", redact(a.storeDSN()), err)
@@ -35,6 +46,29 @@ Embedded stores (memory:, sqlite:) are migrated by every command; shared stores
 			fmt.Fprintf(a.stdout, "migrated %s\n", redact(a.storeDSN()))
 			return nil
 		}),
+	}
+	cmd.Flags().BoolVar(&printSQL, "print", false, "print the schema SQL (PostgreSQL) instead of migrating")
+	return cmd
+}
+
+// printMigration writes the SQL that migrate would run, for the backends
+// that have one.
+func (a *app) printMigration() error {
+	dsn := a.storeDSN()
+	scheme, _, _ := strings.Cut(dsn, ":")
+	switch scheme {
+	case "postgres", "postgresql":
+		sql, err := postgres.MigrationSQLForDSN(dsn)
+		if err != nil {
+			return err
+		}
+		if a.jsonOut {
+			return writeJSON(a.stdout, map[string]any{"dsn": redact(dsn), "sql": sql})
+		}
+		_, err = io.WriteString(a.stdout, sql)
+		return err
+	default:
+		return fmt.Errorf("migrate --print: the %s: backend has no SQL to print (only postgres:// has); run rheo migrate against it instead", scheme)
 	}
 }
 

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
+)
+
+// rheoRun runs the command line in-process with no environment.
+func rheoRun(args ...string) (stdout, stderr string, code int) {
+	var out, errOut strings.Builder
+	a := newApp(strings.NewReader(""), &out, &errOut)
+	a.getenv = func(string) string { return "" }
+	code = a.run(context.Background(), args)
+	return out.String(), errOut.String(), code
+}
+
+func TestMigratePrintWritesPostgresSQLWithoutConnecting(t *testing.T) {
+	t.Parallel()
+	// Nothing listens on port 1: printing must not connect.
+	out, errOut, code := rheoRun("--dsn", "postgres://rheo@127.0.0.1:1/app", "migrate", "--print")
+	require.Equal(t, exitOK, code, errOut)
+	want, err := postgres.MigrationSQL("rheo")
+	require.NoError(t, err)
+	require.Equal(t, want, out)
+	require.Contains(t, out, `CREATE SCHEMA IF NOT EXISTS "rheo"`)
+
+	out, errOut, code = rheoRun("--dsn", "postgresql://rheo@127.0.0.1:1/app?sslmode=disable&rheo_schema=events", "migrate", "--print")
+	require.Equal(t, exitOK, code, errOut)
+	want, err = postgres.MigrationSQL("events")
+	require.NoError(t, err)
+	require.Equal(t, want, out)
+
+	out, errOut, code = rheoRun("--json", "--dsn", "postgres://rheo:secret@127.0.0.1:1/app", "migrate", "--print")
+	require.Equal(t, exitOK, code, errOut)
+	var v struct{ DSN, SQL string }
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Contains(t, v.SQL, `CREATE SCHEMA IF NOT EXISTS "rheo"`)
+	require.NotContains(t, v.DSN, "secret")
+
+	_, errOut, code = rheoRun("--dsn", "postgres://rheo@127.0.0.1:1/app?rheo_schema=bad-name", "migrate", "--print")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "not a plain identifier")
+}
+
+func TestMigratePrintRefusesBackendsWithoutSQL(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{"sqlite:" + t.TempDir() + "/x.db", "memory:", "redis://127.0.0.1:1/0"} {
+		out, errOut, code := rheoRun("--dsn", dsn, "migrate", "--print")
+		scheme, _, _ := strings.Cut(dsn, ":")
+		require.Equal(t, exitError, code, dsn)
+		require.Empty(t, out)
+		require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		require.Contains(t, errOut, "rheo: migrate --print: the "+scheme+": backend has no SQL to print")
+	}
+}
+
+// TestMigratePrintScriptMigrates applies the printed script as an outside
+// tool would (one simple-protocol batch) and uses the schema it made; a
+// later Migrate has nothing left to do. It needs the test PostgreSQL server
+// (RHEO_TEST_POSTGRES), skipping loudly without it except under CI=true.
+func TestMigratePrintScriptMigrates(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("RHEO_TEST_POSTGRES")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable under CI: %v", dsn, err)
+		}
+		t.Skipf("SKIPPING: PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable: %v", dsn, err)
+	}
+	defer conn.Close(ctx)
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	schema := "rheo_cli_print_" + hex.EncodeToString(rnd[:])
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	withSchema := dsn + sep + "rheo_schema=" + schema
+	script, errOut, code := rheoRun("--dsn", withSchema, "migrate", "--print")
+	require.Equal(t, exitOK, code, errOut)
+	_, err = conn.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+
+	c, err := rheo.Open(ctx, withSchema)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Migrate(ctx))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	_, err = c.Append(ctx, "s", rheo.Message{Type: "t", Metadata: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	evs, err := c.Query(ctx, rheo.Query{Stream: "s", Metadata: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+}
