@@ -26,6 +26,9 @@ type benchSettings struct {
 	FetchLimit int    `json:"fetch_limit"`
 	Consumers  int    `json:"consumers"`
 	Groups     int    `json:"groups"`
+	// Store is the backend's own description of its settings (SQLite's
+	// synchronous mode, say), when it offers one.
+	Store string `json:"store,omitempty"`
 }
 
 // benchRate is one measured phase.
@@ -75,6 +78,9 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 			}
 			defer c.Close()
 			s.Stream = "bench-" + randomSuffix()
+			if st, ok := c.Backend().(interface{ Settings() string }); ok {
+				s.Store = st.Settings()
+			}
 			rates, err := runBench(ctx, c, s)
 			if err != nil {
 				return err
@@ -85,6 +91,9 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 			}
 			fmt.Fprintf(a.stdout, "backend %s, stream %s: events %d, partitions %d, append batch %d, fetch limit %d, consumers %d, idle groups %d\n",
 				s.DSN, s.Stream, s.Events, s.Partitions, s.Batch, s.FetchLimit, s.Consumers, s.Groups)
+			if s.Store != "" {
+				fmt.Fprintf(a.stdout, "store settings: %s\n", s.Store)
+			}
 			t := newTable(a.stdout, "PHASE", "HOW", "EVENTS", "SECONDS", "EVENTS/S")
 			for _, r := range rates {
 				t.row(r.Phase, r.How, r.Events, fmt.Sprintf("%.3f", r.Seconds), fmt.Sprintf("%.0f", r.EventsPerSec))

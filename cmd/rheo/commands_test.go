@@ -621,6 +621,7 @@ func TestBenchOnSQLiteFile(t *testing.T) {
 	var rep benchReport
 	c.jsonOK(&rep, "bench", "--events", "200", "--batch", "20")
 	require.Equal(t, c.dsn, rep.Settings.DSN)
+	require.Contains(t, rep.Settings.Store, "synchronous=NORMAL", "the store's own settings are part of the report")
 	require.Len(t, rep.Results, 3)
 	for _, r := range rep.Results {
 		require.Equal(t, 200, r.Events, r.Phase)
