@@ -44,7 +44,8 @@ type Backend interface {
 	// An event whose ID the stream already holds is not written; the stored
 	// event is returned in its place. IDs within one call are distinct.
 	// Each Payload is a fresh buffer the backend may keep; Metadata is the
-	// caller's map and must be copied if kept.
+	// caller's map and must be copied if kept. The slice itself belongs to
+	// the call: the backend may write its result into it.
 	Append(ctx context.Context, stream string, events []Event) ([]Event, error)
 	// Read returns up to limit events of one partition with Sequence > after,
 	// ascending.

@@ -52,10 +52,20 @@ type pos struct {
 	seq       int64
 }
 
+// The ID index packs a position into 8 bytes, to keep the largest map of the
+// store small: partitions fit in 16 bits (at most 1024), sequences in 48.
+func packPos(p int, seq int64) uint64 { return uint64(p)<<48 | uint64(seq) }
+
+// lookup returns the position of the event with the given ID.
+func (s *stream) lookup(id string) (pos, bool) {
+	v, ok := s.ids[id]
+	return pos{int(v >> 48), int64(v & (1<<48 - 1))}, ok
+}
+
 type stream struct {
 	info   rheo.StreamInfo
 	parts  []*plog
-	ids    map[string]pos
+	ids    map[string]uint64
 	groups map[string]*group
 }
 
@@ -309,7 +319,7 @@ func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {
 	b.streams[info.Name] = &stream{
 		info:   info,
 		parts:  newLogs(info.Partitions),
-		ids:    map[string]pos{},
+		ids:    map[string]uint64{},
 		groups: map[string]*group{},
 	}
 	return nil
@@ -363,14 +373,14 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		b.mu.Unlock()
 		return nil, err
 	}
-	out := make([]rheo.Event, len(evs))
+	out := evs // the facade's slice: the result may reuse it
 	size := 0
 	for _, e := range evs {
 		size += len(e.Payload)
 	}
 	copies := make([]byte, 0, size) // one buffer for every returned payload
 	for i, e := range evs {
-		if at, dup := s.ids[e.ID]; dup {
+		if at, dup := s.lookup(e.ID); dup {
 			out[i] = clone(*s.parts[at.partition].at(at.seq))
 			continue
 		}
@@ -380,7 +390,7 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
 		s.parts[e.Partition].append(e)
-		s.ids[e.ID] = pos{e.Partition, e.Sequence}
+		s.ids[e.ID] = packPos(e.Partition, e.Sequence)
 		start := len(copies)
 		copies = append(copies, e.Payload...)
 		e.Payload = copies[start:len(copies):len(copies)]
@@ -437,7 +447,7 @@ func (b *Backend) Events(_ context.Context, name string, ids []string) ([]rheo.E
 	}
 	out := make([]rheo.Event, 0, len(ids))
 	for _, id := range ids {
-		if at, ok := s.ids[id]; ok {
+		if at, ok := s.lookup(id); ok {
 			out = append(out, clone(*s.parts[at.partition].at(at.seq)))
 		}
 	}

@@ -49,7 +49,7 @@ func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, li
 	}
 	start := pos{0, 0}
 	if after != "" {
-		at, ok := s.ids[after]
+		at, ok := s.lookup(after)
 		if ok {
 			d := g.parts[at.partition].dels[at.seq]
 			ok = d != nil && d.status == dead
@@ -132,7 +132,7 @@ func (b *Backend) Redrive(_ context.Context, stream, group string, ids []string)
 		}
 	} else {
 		for _, id := range ids {
-			if at, ok := s.ids[id]; ok {
+			if at, ok := s.lookup(id); ok {
 				todo = append(todo, at)
 			}
 		}
