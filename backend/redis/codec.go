@@ -50,7 +50,67 @@ func toStr(v any) string {
 	return ""
 }
 
-// decodeEvent builds an event from a stream entry's flat field list.
+// entryField is the one field of a stream entry; its value packs the event
+// (see appendEntry). One field instead of one per attribute makes the
+// append cheaper for Redis: XADD gets 4 arguments instead of 14, the
+// script converts fewer arguments, and the entry is smaller.
+const entryField = "e"
+
+// appendEntry appends the packed form of e to buf: the event ID, type, key,
+// timestamp (µs) and metadata each as <decimal length>:<bytes>, then the
+// payload up to the end. Lengths make it independent of what the fields
+// contain.
+func appendEntry(buf []byte, e rheo.Event, meta string) []byte {
+	for _, f := range [...]string{e.ID, e.Type, e.Key} {
+		buf = strconv.AppendInt(buf, int64(len(f)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, f...)
+	}
+	var ts [20]byte
+	t := strconv.AppendInt(ts[:0], e.Timestamp.UnixMicro(), 10)
+	buf = strconv.AppendInt(buf, int64(len(t)), 10)
+	buf = append(buf, ':')
+	buf = append(buf, t...)
+	buf = strconv.AppendInt(buf, int64(len(meta)), 10)
+	buf = append(buf, ':')
+	buf = append(buf, meta...)
+	return append(buf, e.Payload...)
+}
+
+// cutField reads one <decimal length>:<bytes> field off the front of s.
+func cutField(s string) (field, rest string, ok bool) {
+	n := 0
+	i := 0
+	for ; i < len(s) && i < 10 && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = n*10 + int(s[i]-'0')
+	}
+	if i == 0 || i >= len(s) || s[i] != ':' || len(s)-i-1 < n {
+		return "", "", false
+	}
+	return s[i+1 : i+1+n], s[i+1+n:], true
+}
+
+// decodePacked fills e from an entry value written by appendEntry.
+func decodePacked(e *rheo.Event, v string) (meta string, err error) {
+	var f [5]string
+	ok := true
+	for i := range f {
+		if f[i], v, ok = cutField(v); !ok {
+			return "", fmt.Errorf("entry %d-0 of partition %d is malformed", e.Sequence, e.Partition)
+		}
+	}
+	n, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("entry %d-0: timestamp %q", e.Sequence, f[3])
+	}
+	e.ID, e.Type, e.Key, e.Timestamp = f[0], f[1], f[2], fromMicros(n)
+	e.Payload = json.RawMessage(v)
+	return f[4], nil
+}
+
+// decodeEvent builds an event from a stream entry's flat field list: the
+// packed field, or (entries written before the packed form) one field per
+// attribute.
 func decodeEvent(stream string, partition int, seq int64, fields any) (rheo.Event, error) {
 	e := rheo.Event{Stream: stream, Partition: partition, Sequence: seq}
 	fs, ok := fields.([]any)
@@ -61,6 +121,12 @@ func decodeEvent(stream string, partition int, seq int64, fields any) (rheo.Even
 	for i := 0; i+1 < len(fs); i += 2 {
 		v := toStr(fs[i+1])
 		switch toStr(fs[i]) {
+		case entryField:
+			m, err := decodePacked(&e, v)
+			if err != nil {
+				return e, err
+			}
+			meta = m
 		case "id":
 			e.ID = v
 		case "type":

@@ -89,20 +89,64 @@ func (b *Backend) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
 
 // Append implements rheo.Backend: one script assigns the sequences and
 // writes the entries and the ID index, so a batch is all or nothing.
+//
+// The events go to the script grouped by partition (in input order within
+// each partition), each as its ID and its packed entry, all packed entries
+// in one buffer: see appendScript for why.
 func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event) ([]rheo.Event, error) {
 	if len(events) == 0 {
 		return []rheo.Event{}, nil
 	}
-	args := make([]any, 0, 1+7*len(events))
-	args = append(args, len(events))
+	// Group by partition, keeping the order of first appearance: order[k]
+	// is the input index of the k-th event sent.
+	type group struct{ p, n, at int }
+	groups := make([]group, 0, 8)
+	gi := make(map[int]int, 8)
 	for _, e := range events {
+		i, ok := gi[e.Partition]
+		if !ok {
+			i = len(groups)
+			gi[e.Partition] = i
+			groups = append(groups, group{p: e.Partition})
+		}
+		groups[i].n++
+	}
+	at := 0
+	for i := range groups {
+		groups[i].at = at
+		at += groups[i].n
+	}
+	order := make([]int, len(events))
+	size := 0
+	for i, e := range events {
+		g := &groups[gi[e.Partition]]
+		order[g.at] = i
+		g.at++
+		size += len(e.ID) + len(e.Type) + len(e.Key) + len(e.Payload) + 48
+	}
+	base := b.streamBase(stream)
+	args := make([]any, 0, 2+2*len(groups)+2*len(events))
+	args = append(args, base, len(groups))
+	for _, g := range groups {
+		args = append(args, g.p, g.n)
+	}
+	for _, i := range order {
+		args = append(args, events[i].ID)
+	}
+	buf := make([]byte, 0, size)
+	for _, i := range order {
+		e := events[i]
 		meta, err := encodeMeta(e.Metadata)
 		if err != nil {
 			return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "event %q metadata", e.ID)
 		}
-		args = append(args, e.ID, e.Partition, e.Type, e.Key, micros(e.Timestamp), []byte(e.Payload), meta)
+		start := len(buf)
+		buf = appendEntry(buf, e, meta)
+		// A full-slice expression, so a later append that outgrows buf
+		// cannot change what this argument refers to.
+		args = append(args, buf[start:len(buf):len(buf)])
 	}
-	v, err := b.run(ctx, appendScript, b.streamBase(stream), args...)
+	v, err := appendScript.Run(ctx, b.c, []string{b.metaKey(base)}, args...).Result()
 	if err != nil {
 		if nf := notFound(err, stream, ""); nf != nil {
 			return nil, nf
@@ -113,20 +157,20 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 	if !ok || len(r) != len(events) {
 		return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
 	}
-	out := make([]rheo.Event, len(events))
-	for i, x := range r {
+	// The slice belongs to the call (see rheo.Backend): write into it.
+	for k, x := range r {
+		i := order[k]
 		if seq, ok := x.(int64); ok {
-			out[i] = events[i]
-			out[i].Sequence = seq
+			events[i].Sequence = seq
 			continue
 		}
 		e, err := decodeRow(stream, x)
 		if err != nil {
 			return nil, rheo.Wrap(rheo.ErrAmbiguous, err, "redis: append to stream %q", stream)
 		}
-		out[i] = e
+		events[i] = e
 	}
-	return out, nil
+	return events, nil
 }
 
 // Read implements rheo.Backend.

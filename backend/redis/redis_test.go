@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -93,4 +94,44 @@ func TestConformance(t *testing.T) {
 		b, _ := newBackend(t)
 		return b
 	})
+}
+
+// Append sends events grouped by partition; the results must still come
+// back in input order, with stored IDs answered by their stored events and
+// only the new ones taking sequences, contiguous per partition.
+func TestAppendMixedPartitionsAndStoredIDs(t *testing.T) {
+	b, _ := newBackend(t)
+	c := rheo.New(b)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "mix", rheo.StreamConfig{Partitions: 3}))
+	p := func(i int) *int { return &i }
+	msg := func(id string, part int) rheo.Message {
+		return rheo.Message{ID: id, Partition: p(part), Payload: json.RawMessage(fmt.Sprintf(`{"id":%q}`, id))}
+	}
+	first, err := c.AppendBatch(ctx, "mix", []rheo.Message{msg("a", 2), msg("b", 0)})
+	require.NoError(t, err)
+	got, err := c.AppendBatch(ctx, "mix", []rheo.Message{
+		msg("c", 1), msg("a", 0), msg("d", 2), msg("e", 1), msg("b", 1), msg("f", 2), msg("g", 0),
+	})
+	require.NoError(t, err)
+	type ps struct {
+		id        string
+		partition int
+		seq       int64
+	}
+	var seen []ps
+	for _, e := range got {
+		seen = append(seen, ps{e.ID, e.Partition, e.Sequence})
+		require.JSONEq(t, fmt.Sprintf(`{"id":%q}`, e.ID), string(e.Payload))
+	}
+	require.Equal(t, []ps{
+		{"c", 1, 1}, {"a", 2, 1}, {"d", 2, 2}, {"e", 1, 2}, {"b", 0, 1}, {"f", 2, 3}, {"g", 0, 2},
+	}, seen)
+	require.Equal(t, first[0].Timestamp, got[1].Timestamp, "a stored event comes back as stored")
+	st, err := b.Stream(ctx, "mix")
+	require.NoError(t, err)
+	require.Equal(t, []int64{2, 2, 3}, st.HighWatermarks)
+	evs, err := b.Events(ctx, "mix", []string{"a", "e", "g"})
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
 }

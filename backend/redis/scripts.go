@@ -158,8 +158,8 @@ local function wake()
 end
 `
 
-// Stream entries carry these fields, always all of them and in this order,
-// so that Redis stores the field names once per listpack node.
+// Stream entries carry one field, e, holding the packed event (see
+// appendEntry); Redis stores the field name once per listpack node.
 //
 // createStream: ARGV[2] partitions, ARGV[3] created (µs).
 var createStreamScript = goredis.NewScript(common + `
@@ -177,60 +177,75 @@ local m = redis.call('HMGET', KEYS[1], 'partitions', 'created')
 return {m[1], m[2], redis.call('HGETALL', base .. 'hw')}
 `)
 
-// appendScript: ARGV[2] n, then 7 fields per event: id, partition, type,
-// key, ts, data, meta. Returns, per event, its new sequence (integer) or the
-// stored event {partition, seq, fields} when the ID was already there.
+// appendScript: ARGV[2] g, the number of partition groups; then g pairs
+// (partition, count); then the n event IDs; then the n packed entries
+// (see appendEntry). Events arrive grouped by partition, in input order
+// within a partition, so each group is one HINCRBY and a run of XADDs, and
+// the IDs form one contiguous ARGV range that HMGET takes as it is. Returns,
+// per event in that grouped order, its new sequence (integer) or the stored
+// event {partition, seq, fields} when the ID was already there.
+//
+// The loop is kept lean on purpose: one XADD and three short strings per
+// event, no per-event tables.
 var appendScript = goredis.NewScript(common + `
 local e = need_stream(); if e then return e end
-local n = tonumber(ARGV[2])
+local g = tonumber(ARGV[2])
+local ib = 3 + 2 * g
+local n = (#ARGV - ib + 1) / 2
+local eb = ib + n
 local idk = base .. 'ids'
-local ids = {}
-for i = 1, n do ids[i] = ARGV[3 + (i - 1) * 7] end
 local found = {}
-local i = 1
-while i <= n do
-  local j = math.min(i + 999, n)
-  local chunk = {}
-  for k = i, j do chunk[#chunk + 1] = ids[k] end
-  local r = redis.call('HMGET', idk, unpack(chunk))
-  for k = 1, #r do found[i + k - 1] = r[k] end
-  i = j + 1
-end
-local cnt = {}
-for i = 1, n do
-  if not found[i] then
-    local p = ARGV[4 + (i - 1) * 7]
-    cnt[p] = (cnt[p] or 0) + 1
+local dup = false
+local i = 0
+while i < n do
+  local j = math.min(i + 1000, n)
+  local r = redis.call('HMGET', idk, unpack(ARGV, ib + i, ib + j - 1))
+  for k = 1, #r do
+    if r[k] then found[i + k] = r[k]; dup = true end
   end
-end
-local nextseq = {}
-for p, c in pairs(cnt) do
-  nextseq[p] = redis.call('HINCRBY', base .. 'hw', p, c) - c
+  i = j
 end
 local out = {}
 local idx = {}
-local any = false
-for i = 1, n do
-  local o = 3 + (i - 1) * 7
-  local p = ARGV[o + 1]
-  if found[i] then
-    local fp, fs = string.match(found[i], '^(%d+):(%d+)$')
-    local r = redis.call('XRANGE', skey(fp), fs .. '-0', fs .. '-0')
-    out[i] = {tonumber(fp), tonumber(fs), r[1] and r[1][2] or {}}
-  else
-    local seq = nextseq[p] + 1
-    nextseq[p] = seq
-    local ss = fmt(seq)
-    redis.call('XADD', skey(p), ss .. '-0', 'id', ARGV[o], 'type', ARGV[o + 2], 'key', ARGV[o + 3],
-      'ts', ARGV[o + 4], 'data', ARGV[o + 5], 'meta', ARGV[o + 6])
-    idx[#idx + 1] = ARGV[o]
-    idx[#idx + 1] = p .. ':' .. ss
-    out[i] = seq
-    any = true
+local m = 0
+local hwk = base .. 'hw'
+local q = 0
+for gi = 1, g do
+  local p = ARGV[1 + 2 * gi]
+  local c = tonumber(ARGV[2 + 2 * gi])
+  local fresh = c
+  if dup then
+    for k = q + 1, q + c do if found[k] then fresh = fresh - 1 end end
   end
+  local seq = 0
+  if fresh > 0 then seq = redis.call('HINCRBY', hwk, p, fresh) - fresh end
+  local sk = skey(p)
+  local pp = p .. ':'
+  for k = q + 1, q + c do
+    local f = found[k]
+    if f then
+      local fp, fs = string.match(f, '^(%d+):(%d+)$')
+      local r = redis.call('XRANGE', skey(fp), fs .. '-0', fs .. '-0')
+      out[k] = {tonumber(fp), tonumber(fs), r[1] and r[1][2] or {}}
+    else
+      seq = seq + 1
+      local ss = fmt(seq)
+      redis.call('XADD', sk, ss, 'e', ARGV[eb + k - 1])
+      idx[m + 1] = ARGV[ib + k - 1]
+      idx[m + 2] = pp .. ss
+      m = m + 2
+      out[k] = seq
+    end
+  end
+  q = q + c
 end
-if #idx > 0 then bulk({'HSET', idk}, idx, 1000) end
-if any then redis.call('SPUBLISH', base .. 'wake', '1') end
+i = 0
+while i < m do
+  local j = math.min(i + 1000, m)
+  redis.call('HSET', idk, unpack(idx, i + 1, j))
+  i = j
+end
+if m > 0 then redis.call('SPUBLISH', base .. 'wake', '1') end
 return out
 `)
 

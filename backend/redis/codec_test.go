@@ -1,0 +1,51 @@
+package redis
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+// The packed entry must round-trip whatever its fields contain: digits and
+// colons (the framing characters), empty strings, and a payload that looks
+// like more framing.
+func TestPackedEntryRoundTrip(t *testing.T) {
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	cases := []rheo.Event{
+		{ID: "12:34", Type: "3:abc", Key: "", Timestamp: ts, Payload: json.RawMessage(`{"a":"1:2"}`)},
+		{ID: "x", Type: "", Key: "k:9", Timestamp: time.UnixMicro(0).UTC(), Payload: json.RawMessage(`{}`),
+			Metadata: map[string]string{"trace": "5:ab", "": ""}},
+		{ID: "ü-é", Type: "t", Key: "0", Timestamp: ts, Payload: json.RawMessage(`{"n":1}`), Metadata: map[string]string{}},
+	}
+	for _, want := range cases {
+		meta, err := encodeMeta(want.Metadata)
+		require.NoError(t, err)
+		v := string(appendEntry(nil, want, meta))
+		got, err := decodeEvent("s", 2, 7, []any{entryField, v})
+		require.NoError(t, err, "entry %q", v)
+		want.Stream, want.Partition, want.Sequence = "s", 2, 7
+		if len(want.Metadata) == 0 && want.Metadata != nil {
+			want.Metadata = map[string]string{}
+		}
+		require.Equal(t, want, got)
+	}
+}
+
+func TestPackedEntryMalformed(t *testing.T) {
+	for _, v := range []string{"", "3:ab", "x:abc", "1:a1:b1:c2:xx0:", "1:a1:b1:c99:1234"} {
+		_, err := decodeEvent("s", 0, 1, []any{entryField, v})
+		require.Error(t, err, "entry %q", v)
+	}
+}
+
+// Entries with one field per attribute still decode.
+func TestUnpackedEntryDecodes(t *testing.T) {
+	got, err := decodeEvent("s", 1, 3, []any{"id", "e-1", "type", "t", "key", "k", "ts", "5", "data", `{"a":1}`, "meta", `{"m":"v"}`})
+	require.NoError(t, err)
+	require.Equal(t, rheo.Event{Stream: "s", Partition: 1, Sequence: 3, ID: "e-1", Type: "t", Key: "k",
+		Timestamp: time.UnixMicro(5).UTC(), Payload: json.RawMessage(`{"a":1}`), Metadata: map[string]string{"m": "v"}}, got)
+}
