@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -53,59 +54,59 @@ func toStr(v any) string {
 // entryField is the one field of a stream entry; its value packs the event
 // (see appendEntry). One field instead of one per attribute makes the
 // append cheaper for Redis: XADD gets 4 arguments instead of 14, the
-// script converts fewer arguments, and the entry is smaller.
+// script converts fewer arguments, and the entry is smaller. Another
+// packing would take another field name.
 const entryField = "e"
 
-// appendEntry appends the packed form of e to buf: the event ID, type, key,
-// timestamp (µs) and metadata each as <decimal length>:<bytes>, then the
-// payload up to the end. Lengths make it independent of what the fields
-// contain.
+// appendEntry appends the packed form of e to buf: the event ID, type and
+// key, each as a uvarint length and the bytes; the timestamp (µs) as a
+// varint; the metadata as a uvarint length and the bytes; then the payload
+// up to the end. Lengths make it independent of what the fields contain,
+// and the payload stays readable at the end.
 func appendEntry(buf []byte, e rheo.Event, meta string) []byte {
 	for _, f := range [...]string{e.ID, e.Type, e.Key} {
-		buf = strconv.AppendInt(buf, int64(len(f)), 10)
-		buf = append(buf, ':')
+		buf = binary.AppendUvarint(buf, uint64(len(f)))
 		buf = append(buf, f...)
 	}
-	var ts [20]byte
-	t := strconv.AppendInt(ts[:0], e.Timestamp.UnixMicro(), 10)
-	buf = strconv.AppendInt(buf, int64(len(t)), 10)
-	buf = append(buf, ':')
-	buf = append(buf, t...)
-	buf = strconv.AppendInt(buf, int64(len(meta)), 10)
-	buf = append(buf, ':')
+	buf = binary.AppendVarint(buf, e.Timestamp.UnixMicro())
+	buf = binary.AppendUvarint(buf, uint64(len(meta)))
 	buf = append(buf, meta...)
 	return append(buf, e.Payload...)
 }
 
-// cutField reads one <decimal length>:<bytes> field off the front of s.
+// cutField reads one length-prefixed field off the front of s.
 func cutField(s string) (field, rest string, ok bool) {
-	n := 0
-	i := 0
-	for ; i < len(s) && i < 10 && s[i] >= '0' && s[i] <= '9'; i++ {
-		n = n*10 + int(s[i]-'0')
-	}
-	if i == 0 || i >= len(s) || s[i] != ':' || len(s)-i-1 < n {
+	n, w := binary.Uvarint([]byte(s[:min(len(s), binary.MaxVarintLen64)]))
+	if w <= 0 || uint64(len(s)-w) < n {
 		return "", "", false
 	}
-	return s[i+1 : i+1+n], s[i+1+n:], true
+	return s[w : w+int(n)], s[w+int(n):], true
 }
 
-// decodePacked fills e from an entry value written by appendEntry.
+// decodePacked fills e from an entry value written by appendEntry and
+// returns its metadata.
 func decodePacked(e *rheo.Event, v string) (meta string, err error) {
-	var f [5]string
-	ok := true
-	for i := range f {
-		if f[i], v, ok = cutField(v); !ok {
-			return "", fmt.Errorf("entry %d-0 of partition %d is malformed", e.Sequence, e.Partition)
-		}
+	bad := fmt.Errorf("entry %d-0 of partition %d is malformed", e.Sequence, e.Partition)
+	var ok bool
+	if e.ID, v, ok = cutField(v); !ok {
+		return "", bad
 	}
-	n, err := strconv.ParseInt(f[3], 10, 64)
-	if err != nil {
-		return "", fmt.Errorf("entry %d-0: timestamp %q", e.Sequence, f[3])
+	if e.Type, v, ok = cutField(v); !ok {
+		return "", bad
 	}
-	e.ID, e.Type, e.Key, e.Timestamp = f[0], f[1], f[2], fromMicros(n)
+	if e.Key, v, ok = cutField(v); !ok {
+		return "", bad
+	}
+	ts, w := binary.Varint([]byte(v[:min(len(v), binary.MaxVarintLen64)]))
+	if w <= 0 {
+		return "", bad
+	}
+	e.Timestamp = fromMicros(ts)
+	if meta, v, ok = cutField(v[w:]); !ok {
+		return "", bad
+	}
 	e.Payload = json.RawMessage(v)
-	return f[4], nil
+	return meta, nil
 }
 
 // decodeEvent builds an event from a stream entry's flat field list: the
