@@ -65,24 +65,8 @@ func (s *Store) CreateGroup(ctx context.Context, spec rheo.GroupSpec) error {
 		if err != nil {
 			return err
 		}
-		parts := make([]int, ref.parts)
-		for i := range parts {
-			parts[i] = i
-		}
-		for chunk := range slices.Chunk(parts, 256) {
-			var b Builder
-			b.S("INSERT INTO rheo_group_parts (grp_id, part, offered) VALUES ")
-			for i, p := range chunk {
-				if i > 0 {
-					b.S(", ")
-				}
-				b.S("(").Arg(id).S(", ").Arg(p).S(", ").Arg(spec.Start[p]).S(")")
-			}
-			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
-				return err
-			}
-		}
-		return nil
+		return insertPerPartition(ctx, t, "rheo_group_parts (grp_id, part, offered)", id, ref.parts,
+			func(p int) int64 { return spec.Start[p] })
 	})
 }
 

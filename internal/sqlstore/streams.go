@@ -48,24 +48,8 @@ func (s *Store) CreateStream(ctx context.Context, info rheo.StreamInfo) error {
 		if err != nil {
 			return err
 		}
-		parts := make([]int, info.Partitions)
-		for i := range parts {
-			parts[i] = i
-		}
-		for chunk := range slices.Chunk(parts, 256) {
-			var b Builder
-			b.S("INSERT INTO rheo_partitions (stream_id, part, hwm) VALUES ")
-			for i, p := range chunk {
-				if i > 0 {
-					b.S(", ")
-				}
-				b.S("(").Arg(id).S(", ").Arg(p).S(", 0)")
-			}
-			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
-				return err
-			}
-		}
-		return nil
+		return insertPerPartition(ctx, t, "rheo_partitions (stream_id, part, hwm)", id, info.Partitions,
+			func(int) int64 { return 0 })
 	})
 }
 
@@ -318,3 +302,27 @@ func sortedKeys[V any](m map[int]V) []int {
 }
 
 func quote(s string) string { return strconv.Quote(s) }
+
+// insertPerPartition inserts one row (owner, partition, value(partition))
+// for each of n partitions into target ("table (col, col, col)"), in
+// statements of at most 256 rows.
+func insertPerPartition(ctx context.Context, t *writeTx, target string, owner int64, n int, value func(p int) int64) error {
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	for chunk := range slices.Chunk(parts, 256) {
+		var b Builder
+		b.S("INSERT INTO " + target + " VALUES ")
+		for i, p := range chunk {
+			if i > 0 {
+				b.S(", ")
+			}
+			b.S("(").Arg(owner).S(", ").Arg(p).S(", ").Arg(value(p)).S(")")
+		}
+		if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
