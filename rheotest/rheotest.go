@@ -69,6 +69,7 @@ var sections = []section{
 	{name: "notfound", run: runNotFound},
 	{name: "badinput", run: runBadInput},
 	{name: "concurrency", run: runConcurrency},
+	{name: "edges", run: runEdges},
 }
 
 // RunBackend runs the conformance suite against backends made by f. Every

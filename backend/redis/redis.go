@@ -88,6 +88,9 @@ type Backend struct {
 	hubMu sync.Mutex
 	hub   map[string]*wakeSub
 	done  bool
+
+	rrMu sync.Mutex
+	rr   map[string]int // next first partition per group base, this process only
 }
 
 var (
@@ -98,7 +101,7 @@ var (
 // New returns a backend over client. The client is borrowed: Close does not
 // close it.
 func New(client goredis.UniversalClient, opts ...Option) *Backend {
-	b := &Backend{c: client, prefix: DefaultKeyPrefix, scanLimit: DefaultQueryScanLimit, hub: map[string]*wakeSub{}}
+	b := &Backend{c: client, prefix: DefaultKeyPrefix, scanLimit: DefaultQueryScanLimit, hub: map[string]*wakeSub{}, rr: map[string]int{}}
 	for _, o := range opts {
 		o(b)
 	}
