@@ -184,7 +184,8 @@ func (r *run) fetchLoop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) ||
+				errors.Is(err, ErrMisconfigured) {
 				r.log.Error("consumer cannot fetch; stopping", "err", err)
 				return err
 			}

@@ -334,7 +334,7 @@ var sentinels = []error{
 	rheo.ErrStreamNotFound, rheo.ErrGroupNotFound, rheo.ErrAlreadyExists, rheo.ErrInvalidPartition,
 	rheo.ErrInvalidArgument, rheo.ErrStaleLease, rheo.ErrReceiptMismatch, rheo.ErrCursorNotFound,
 	rheo.ErrConfirmRequired, rheo.ErrNoEventsInRange, rheo.ErrUnsupported, rheo.ErrBackendUnavailable,
-	rheo.ErrAmbiguous, rheo.ErrClosed,
+	rheo.ErrAmbiguous, rheo.ErrClosed, rheo.ErrMisconfigured,
 }
 
 // classify returns err unchanged when it already speaks rheo's vocabulary,
@@ -349,13 +349,29 @@ func (s *Store) classify(err error, format string, args ...any) error {
 			return err
 		}
 	}
+	if fix := s.d.Misconfigured(err); fix != "" {
+		return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s: %s", s.d.Name(), fmt.Sprintf(format, args...), fix)
+	}
 	return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s: %s", s.d.Name(), fmt.Sprintf(format, args...))
 }
 
-// Ping checks the store answers.
+// Ping checks the store answers and is migrated to the version this rheo
+// needs (rheo.ErrMisconfigured, naming the fix, when it is not).
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.r.PingContext(ctx); err != nil {
 		return s.classify(err, "ping")
+	}
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	ms, err := Migrations(s.d)
+	if err != nil {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "migrations")
+	}
+	if want := ms[len(ms)-1].Version; v < want {
+		return rheo.Errorf(rheo.ErrMisconfigured, "%s: the store is at schema version %d, this rheo needs %d: run `rheo migrate --dsn DSN` or Client.Migrate",
+			s.d.Name(), v, want)
 	}
 	return nil
 }
