@@ -26,11 +26,11 @@ var (
 	// wrong password or role, a missing database, a schema that was never
 	// migrated, TLS against a plain server). Retrying cannot help; the
 	// message says what to fix. The consumer runtime stops on it.
-	ErrMisconfigured = errors.New("misconfigured")
-	ErrAmbiguous          = errors.New("ambiguous outcome")
-	ErrAlreadyRunning     = errors.New("already running")
-	ErrAlreadyDraining    = errors.New("already draining")
-	ErrClosed             = errors.New("client closed")
+	ErrMisconfigured   = errors.New("misconfigured")
+	ErrAmbiguous       = errors.New("ambiguous outcome")
+	ErrAlreadyRunning  = errors.New("already running")
+	ErrAlreadyDraining = errors.New("already draining")
+	ErrClosed          = errors.New("client closed")
 )
 
 // Errorf returns an error that wraps the sentinel kind with a message that
