@@ -11,6 +11,9 @@
 //		})
 //	}
 //
+// RunDifferential holds a backend to the memory backend's answers on seeded
+// random operation sequences; run it beside RunBackend.
+//
 // Every case drives lease expiry with a clock.Frozen, never with sleeps, so
 // the suite is deterministic apart from the cases that exercise real
 // concurrency (competing fetchers, Fetch with Wait).

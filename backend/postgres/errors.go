@@ -81,6 +81,14 @@ func classify(err error, write bool, format string, args ...any) error {
 	return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: connection lost, outcome unknown", msg)
 }
 
+// rolledBack reports errors after which the server rolled a transaction back
+// for an accident of timing: a deadlock it broke (40P01) or a serialization
+// failure (40001). Running the whole transaction again may succeed.
+func rolledBack(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
 // retryable reports errors after which a single-statement write can simply
 // run again: a deadlock or serialization failure rolled it back, and a
 // unique violation on an event ID means a concurrent append of the same ID

@@ -143,6 +143,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 			}
 			return nil
 		},
+		Retryable: rolledBack,
 	})
 	b.lis = newListener(b)
 	return b, nil

@@ -146,3 +146,14 @@ func TestAppendMixedPartitionsAndStoredIDs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, evs, 3)
 }
+
+func TestDifferential(t *testing.T) {
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend {
+		b, _ := newBackend(t)
+		return b
+	}, rheotest.DifferentialOptions{
+		// Round trips make a step slow here: fewer seeds keep the default
+		// run short; RHEO_DIFF_SEEDS and RHEO_DIFF_STEPS run long ones.
+		Seeds: 10,
+	})
+}
