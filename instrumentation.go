@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -163,4 +164,17 @@ func (c *Client) traceCarrier(ctx context.Context) map[string]string {
 		return nil
 	}
 	return carrier
+}
+
+// IsReject reports whether err is, or wraps, an error made by Reject: the
+// handler asked for a dead letter rather than a retry.
+func IsReject(err error) bool { return isReject(err) }
+
+// RetryDelay reports the delay of the RetryAfter error that err is or wraps.
+func RetryDelay(err error) (time.Duration, bool) {
+	var r *retryError
+	if errors.As(err, &r) {
+		return r.delay, true
+	}
+	return 0, false
 }
