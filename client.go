@@ -41,6 +41,7 @@ type options struct {
 	logger        *slog.Logger
 	maxEventBytes int
 	observer      Observer
+	ins           Instrumentation
 }
 
 // WithClock sets the clock all lease arithmetic reads (default clock.System).

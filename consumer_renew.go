@@ -47,12 +47,18 @@ func (r *run) renewAll() {
 		}
 		r.mu.Lock()
 		skip := j.dropped || j.state == jobSettling
-		lease := j.lease
+		lease, hctx := j.lease, j.hctx
 		r.mu.Unlock()
 		if skip {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.bg, r.renewInterval())
+		base := r.bg
+		if r.ins != nil {
+			// The renewal's span belongs under the handler's process span,
+			// but must not die with the handler's context.
+			base = context.WithoutCancel(hctx)
+		}
+		ctx, cancel := context.WithTimeout(base, r.renewInterval())
 		renewed, err := r.c.Renew(ctx, lease, r.cfg.LeaseDuration)
 		cancel()
 		switch Classify(err) {
@@ -66,14 +72,13 @@ func (r *run) renewAll() {
 		case Lost:
 			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
 			if r.lose(j, err) {
-				r.log.Warn("lease lost; cancelling its handler", "event_id", lease.Event.ID,
-					"partition", lease.Event.Partition, "sequence", lease.Event.Sequence, "lease", lease.ID, "err", err)
+				r.log.WarnContext(hctx, "lease lost; cancelling its handler", append(leaseAttrs(lease), "err", err)...)
 				r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: lease, Err: err})
 			}
 		default:
 			// Keep the lease: the next round may succeed before it expires.
 			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
-			r.log.Warn("lease renewal failed; will retry", "event_id", lease.Event.ID, "lease", lease.ID, "err", err)
+			r.log.WarnContext(hctx, "lease renewal failed; will retry", append(leaseAttrs(lease), "err", err)...)
 		}
 	}
 }

@@ -119,8 +119,13 @@ func (c *Client) Append(ctx context.Context, stream string, m Message) (Event, e
 // AppendBatch appends events atomically: all or nothing. Returned events keep
 // input order. A message whose ID the stream already holds writes nothing and
 // returns the stored event (idempotent producers).
-func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) ([]Event, error) {
-	evs, err := c.PrepareAppend(ctx, stream, ms)
+func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) (evs []Event, err error) {
+	if c.opts.ins != nil {
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: OpAppend, Stream: stream, Count: len(ms)})
+		defer func() { end(OperationResult{Events: evs, Err: err}) }()
+	}
+	evs, err = c.PrepareAppend(ctx, stream, ms)
 	if err != nil || len(evs) == 0 {
 		return evs, err
 	}
@@ -160,8 +165,13 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 	}
 	arena := make([]byte, 0, size)
 	var seen map[string]int // caller-chosen IDs; generated ones never collide
+	carrier := c.traceCarrier(ctx)
 	for i := range ms {
-		e, err := c.prepare(stream, n, &ms[i], now, &arena)
+		m := &ms[i]
+		if carrier != nil {
+			m = injectTrace(m, carrier)
+		}
+		e, err := c.prepare(stream, n, m, now, &arena)
 		if err != nil {
 			if len(ms) > 1 {
 				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
