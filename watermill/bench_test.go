@@ -1,0 +1,196 @@
+package rheowatermill_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	rheowatermill "github.com/rheo-go/rheo/watermill"
+)
+
+// Benchmarks compare, in one run, the adapter with the Watermill adapter a
+// user would otherwise pick for the same store. Each pair runs alternated
+// (its sub-benchmarks run in turn for every -count), so read the ratios of
+// one run:
+//
+//	go test -run '^$' -bench . -benchtime 5000x -count 3
+//
+// Consume benchmarks publish b.N messages untimed, then time one subscriber
+// receiving and acking all of them; they report msgs/s.
+
+const benchPayload = `{"order":"o-123456","amount":4200,"currency":"EUR"}`
+
+func benchMessages(n int) []*message.Message {
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(watermill.NewUUID(), []byte(benchPayload))
+	}
+	return msgs
+}
+
+// publishAll publishes msgs in batches of 100.
+func publishAll(b *testing.B, pub message.Publisher, topic string, msgs []*message.Message) {
+	for len(msgs) > 0 {
+		n := min(len(msgs), 100)
+		require.NoError(b, pub.Publish(topic, msgs[:n]...))
+		msgs = msgs[n:]
+	}
+}
+
+// consumeAll times receiving and acking n messages from sub.
+func consumeAll(b *testing.B, sub message.Subscriber, topic string, n int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ResetTimer()
+	start := time.Now()
+	ch, err := sub.Subscribe(ctx, topic)
+	require.NoError(b, err)
+	seen := make(map[string]struct{}, n)
+	timeout := time.After(5 * time.Minute)
+	for len(seen) < n {
+		select {
+		case msg := <-ch:
+			seen[msg.UUID] = struct{}{}
+			msg.Ack()
+		case <-timeout:
+			b.Fatalf("received %d of %d", len(seen), n)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}
+
+func rheoConsume(b *testing.B, c *rheo.Client, topic string) {
+	pub, err := rheowatermill.NewPublisher(rheowatermill.PublisherConfig{Client: c})
+	require.NoError(b, err)
+	publishAll(b, pub, topic, benchMessages(b.N))
+	// Prefetch 100 matches watermill-sql's batch of 100.
+	sub, err := rheowatermill.NewSubscriber(rheowatermill.SubscriberConfig{Client: c, Prefetch: 100})
+	require.NoError(b, err)
+	consumeAll(b, sub, topic, b.N)
+	require.NoError(b, sub.Close())
+}
+
+// BenchmarkConsumePostgres: the adapter on rheo's PostgreSQL store against
+// watermill-sql (default PostgreSQL schema and offsets adapter, batch-100
+// subscriber), on the same server.
+func BenchmarkConsumePostgres(b *testing.B) {
+	b.Run("rheo", func(b *testing.B) {
+		c := newClient(b, "postgres")
+		rheoConsume(b, c, "bench-"+randHex(4))
+	})
+	b.Run("watermill-sql", func(b *testing.B) {
+		pool := testPool(b)
+		schema := "wmsql_" + randHex(6)
+		ctx := context.Background()
+		_, err := pool.Exec(ctx, "CREATE SCHEMA "+schema)
+		require.NoError(b, err)
+		b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+		// A pool of its own whose connections use the schema, so that
+		// watermill-sql's tables land there and are dropped with it.
+		cfg, err := pgxpool.ParseConfig(postgresDSN())
+		require.NoError(b, err)
+		cfg.MaxConns = 16
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+		wpool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(b, err)
+		b.Cleanup(wpool.Close)
+		db := wmsql.BeginnerFromPgx(wpool)
+		topic := "bench_" + randHex(4)
+		pub, err := wmsql.NewPublisher(db, wmsql.PublisherConfig{
+			SchemaAdapter: wmsql.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true,
+		}, watermill.NopLogger{})
+		require.NoError(b, err)
+		publishAll(b, pub, topic, benchMessages(b.N))
+		sub, err := wmsql.NewSubscriber(db, wmsql.SubscriberConfig{
+			ConsumerGroup:    "bench",
+			SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 100},
+			OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
+			InitializeSchema: true,
+			PollInterval:     10 * time.Millisecond,
+		}, watermill.NopLogger{})
+		require.NoError(b, err)
+		consumeAll(b, sub, topic, b.N)
+		require.NoError(b, sub.Close())
+	})
+}
+
+// BenchmarkConsumeRedis: the adapter on rheo's Redis store against
+// watermill-redisstream (consumer group, defaults), on the same server.
+func BenchmarkConsumeRedis(b *testing.B) {
+	b.Run("rheo", func(b *testing.B) {
+		c := newClient(b, "redis")
+		rheoConsume(b, c, "bench-"+randHex(4))
+	})
+	b.Run("watermill-redisstream", func(b *testing.B) {
+		rc := testRedis(b)
+		prefix := "rheowm:wmredis:" + randHex(6) + ":"
+		b.Cleanup(func() { dropRedisKeys(b, rc, prefix) })
+		topic := prefix + "bench"
+		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rc}, watermill.NopLogger{})
+		require.NoError(b, err)
+		publishAll(b, pub, topic, benchMessages(b.N))
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client: rc, ConsumerGroup: "bench", OldestId: "0",
+		}, watermill.NopLogger{})
+		require.NoError(b, err)
+		consumeAll(b, sub, topic, b.N)
+		require.NoError(b, sub.Close())
+	})
+}
+
+// BenchmarkPublish: Publish through the adapter against rheo's own
+// AppendBatch, both in batches of 100 messages with the same payload.
+func BenchmarkPublish(b *testing.B) {
+	const batch = 100
+	for _, store := range []string{"memory", "postgres"} {
+		b.Run(store, func(b *testing.B) {
+			b.Run("AppendBatch", func(b *testing.B) {
+				c := newClient(b, store)
+				topic := "bench-" + randHex(4)
+				require.NoError(b, c.CreateStream(context.Background(), topic, rheo.StreamConfig{}))
+				ms := make([]rheo.Message, batch)
+				b.ResetTimer()
+				for i := 0; i < b.N; i += batch {
+					n := min(batch, b.N-i)
+					for j := range ms[:n] {
+						// The same work the adapter does for a message: an
+						// ID and a payload of its own.
+						ms[j] = rheo.Message{ID: watermill.NewUUID(), Payload: []byte(benchPayload)}
+					}
+					_, err := c.AppendBatch(context.Background(), topic, ms[:n])
+					require.NoError(b, err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+			b.Run("adapter", func(b *testing.B) {
+				c := newClient(b, store)
+				topic := "bench-" + randHex(4)
+				require.NoError(b, c.CreateStream(context.Background(), topic, rheo.StreamConfig{}))
+				pub, err := rheowatermill.NewPublisher(rheowatermill.PublisherConfig{Client: c})
+				require.NoError(b, err)
+				msgs := make([]*message.Message, batch)
+				b.ResetTimer()
+				for i := 0; i < b.N; i += batch {
+					n := min(batch, b.N-i)
+					for j := range msgs[:n] {
+						msgs[j] = message.NewMessage(watermill.NewUUID(), []byte(benchPayload))
+					}
+					require.NoError(b, pub.Publish(topic, msgs[:n]...))
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		})
+	}
+}
+
