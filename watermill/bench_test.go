@@ -193,4 +193,3 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
-
