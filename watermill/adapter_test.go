@@ -448,3 +448,56 @@ func TestRouterDeadLetters(t *testing.T) {
 		require.NoError(t, <-routerDone)
 	})
 }
+
+// An event the marshaler cannot decode (written by another producer) is
+// rejected into the group's dead letters with the error, not retried.
+func TestUndecodableEventIsDeadLettered(t *testing.T) {
+	c := newClient(t, "memory")
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "raw", rheo.StreamConfig{}))
+	_, err := c.Append(ctx, "raw", rheo.Message{ID: "broken", Payload: []byte(`{"$bytes":"%%%"}`)})
+	require.NoError(t, err)
+	_, err = c.Append(ctx, "raw", rheo.Message{ID: "fine", Payload: []byte(`{"$bytes":"aGk="}`)})
+	require.NoError(t, err)
+	_, sub := newPubSub(t, c, rheowatermill.SubscriberConfig{})
+	ch, err := sub.Subscribe(ctx, "raw")
+	require.NoError(t, err)
+	m := receive(t, ch)
+	assert.Equal(t, "fine", m.UUID)
+	assert.Equal(t, "hi", string(m.Payload))
+	m.Ack()
+	eventually(t, "the broken event dead-lettered", func() bool {
+		info, err := c.GroupInfo(ctx, "raw", rheowatermill.DefaultConsumerGroup)
+		return err == nil && info.DeadLetters == 1 && info.Lag.Total == 0
+	})
+	dls, err := c.DeadLetters(ctx, "raw", rheowatermill.DefaultConsumerGroup, rheo.DeadLetterOptions{})
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	assert.Equal(t, "broken", dls[0].EventID)
+	assert.Contains(t, dls[0].Reason, "base64")
+}
+
+// Concurrency hands out that many messages at once, each held (and
+// renewed) until its own Ack.
+func TestConcurrency(t *testing.T) {
+	c := newClient(t, "memory")
+	pub, sub := newPubSub(t, c, rheowatermill.SubscriberConfig{Concurrency: 4})
+	require.NoError(t, pub.Publish("conc", benchMessages(6)...))
+	ch, err := sub.Subscribe(context.Background(), "conc")
+	require.NoError(t, err)
+	var held []*message.Message
+	for range 4 {
+		held = append(held, receive(t, ch))
+	}
+	select {
+	case m := <-ch:
+		t.Fatalf("a fifth message %s was handed out before any Ack", m.UUID)
+	case <-time.After(100 * time.Millisecond):
+	}
+	held[2].Ack()
+	fifth := receive(t, ch)
+	for _, m := range append(held, fifth) {
+		m.Ack()
+	}
+	receive(t, ch).Ack()
+}
