@@ -241,7 +241,9 @@ func TestLeaseLostMidHandler(t *testing.T) {
 		c := newClient(t, store, rheo.WithClock(clk))
 		// A short lease so that renewal (every half lease, real time)
 		// comes round quickly; expiry itself follows the frozen clock.
-		pub, sub := newPubSub(t, c, rheowatermill.SubscriberConfig{LeaseDuration: 100 * time.Millisecond})
+		// Prefetch 1: while it holds the message the subscriber does not
+		// fetch, so it cannot reclaim its own expired lease first.
+		pub, sub := newPubSub(t, c, rheowatermill.SubscriberConfig{LeaseDuration: 100 * time.Millisecond, Prefetch: 1})
 		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
 		require.NoError(t, pub.Publish("lost", m))
 		ch, err := sub.Subscribe(context.Background(), "lost")
