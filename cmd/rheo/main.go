@@ -184,6 +184,7 @@ the lease move to another worker.`,
 		a.replayCommand(),
 		a.resetCommand(),
 		a.benchCommand(),
+		a.dashboardCommand(),
 	)
 	return root
 }
