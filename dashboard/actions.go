@@ -132,8 +132,9 @@ func (a action) confirmView(dead int64) confirmView {
 	v := confirmView{Action: a.name, Stream: a.stream, Group: a.group}
 	switch a.name {
 	case "redrive":
-		v.Heading, v.Button = "Redrive dead letters?", "Redrive"
+		v.Heading, v.Button = "Redrive every dead letter?", "Redrive all"
 		if a.event != "" {
+			v.Heading, v.Button = "Redrive this dead letter?", "Redrive"
 			v.Explain = "The dead letter becomes available again with its attempts reset; a consumer of the group will receive it."
 			v.Params = []param{{Key: "Event", Value: a.event, Name: "event", Raw: a.event}}
 		} else {
