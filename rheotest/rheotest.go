@@ -68,6 +68,7 @@ var sections = []section{
 	{name: "replay", run: runReplay},
 	{name: "reset", run: runReset},
 	{name: "redrive", run: runRedrive},
+	{name: "listleases", run: runListLeases},
 	{name: "query", run: runQuery},
 	{name: "notfound", run: runNotFound},
 	{name: "badinput", run: runBadInput},

@@ -185,6 +185,7 @@ the lease move to another worker.`,
 		a.resetCommand(),
 		a.benchCommand(),
 		a.metricsCommand(),
+		a.dashboardCommand(),
 	)
 	return root
 }
