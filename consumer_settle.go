@@ -104,8 +104,12 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		// facade's checks (settleBatch) would only repeat themselves; the
 		// backend still fences and classifies each one.
 		ctx, cancel := context.WithTimeout(r.bg, r.settleTimeout())
+		start := time.Now()
 		res, err := r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
 		cancel()
+		if r.win != nil && err == nil {
+			r.win.observeSettle(time.Since(start))
+		}
 		switch {
 		case err == nil && len(res) == len(errs):
 			copy(errs, res)
