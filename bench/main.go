@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"text/tabwriter"
@@ -139,11 +140,25 @@ func main() {
 	flag.IntVar(&cfg.workers, "workers", 100, "handler concurrency of rheo's runtime and River's MaxWorkers")
 	flag.StringVar(&cfg.only, "only", "", "run only the pairs whose name matches this regular expression")
 	flag.StringVar(&cfg.csv, "csv", "peers.csv", "CSV file to write (empty: none)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peers: -cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
+		stop()
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 type bar struct {
@@ -27,7 +28,14 @@ func main() {
 	in := flag.String("in", "peers.csv", "CSV written by the peers benchmark")
 	out := flag.String("out", "peers.svg", "SVG file to write")
 	title := flag.String("title", "rheo ÷ peer, median of alternated rounds (log scale)", "chart title")
+	md := flag.String("md", "", "also write every pair and figure as a Markdown table to this file")
 	flag.Parse()
+	if *md != "" {
+		if err := writeMarkdown(*in, *md); err != nil {
+			fmt.Fprintln(os.Stderr, "chart:", err)
+			os.Exit(1)
+		}
+	}
 	bars, err := read(*in)
 	if err == nil {
 		var f *os.File
@@ -149,4 +157,75 @@ func render(w io.Writer, title string, bars []bar) {
 	legend := "bar: median ratio · dots: each round · red tick: target · green: target met, orange: not met, blue: no target"
 	fmt.Fprintf(w, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", pad, height-6, html.EscapeString(legend))
 	fmt.Fprintln(w, "</svg>")
+}
+
+// writeMarkdown writes one table row per pair: both sides with their
+// median rate, every round's ratio, the median ratio and the target.
+func writeMarkdown(in, out string) error {
+	f, err := os.Open(in)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 || len(recs[0]) != 8 || recs[0][0] != "pair" {
+		return fmt.Errorf("%s is not a peers CSV", in)
+	}
+	type row struct {
+		rec          []string
+		as, bs, rats []float64
+	}
+	var rows []*row
+	idx := map[string]*row{}
+	for _, r := range recs[1:] {
+		x, ok := idx[r[0]]
+		if !ok {
+			x = &row{rec: r}
+			idx[r[0]] = x
+			rows = append(rows, x)
+		}
+		a, _ := strconv.ParseFloat(r[3], 64)
+		b, _ := strconv.ParseFloat(r[5], 64)
+		x.as, x.bs = append(x.as, a), append(x.bs, b)
+		if r[6] != "" {
+			v, _ := strconv.ParseFloat(r[6], 64)
+			x.rats = append(x.rats, v)
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString("| pair | rheo | rheo /s | peer | peer /s | ratio per round | median | target |\n")
+	sb.WriteString("|---|---|--:|---|--:|---|--:|---|\n")
+	for _, x := range rows {
+		r := x.rec
+		target, _ := strconv.ParseFloat(r[7], 64)
+		if len(x.rats) == 0 {
+			t := "–"
+			if target > 0 {
+				t = fmt.Sprintf("≥ %.0f/s: %s", target, verdict(median(x.as) >= target))
+			}
+			fmt.Fprintf(&sb, "| %s | %s | %.0f | – | – | – | – | %s |\n", r[0], r[2], median(x.as), t)
+			continue
+		}
+		per := make([]string, len(x.rats))
+		for i, v := range x.rats {
+			per[i] = fmt.Sprintf("%.2f", v)
+		}
+		t := "–"
+		if target > 0 {
+			t = fmt.Sprintf("≥ %g×: %s", target, verdict(median(x.rats) >= target))
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %.0f | %s | %.0f | %s | **%.2f×** | %s |\n", r[0], r[2], median(x.as), r[4], median(x.bs),
+			strings.Join(per, ", "), median(x.rats), t)
+	}
+	return os.WriteFile(out, []byte(sb.String()), 0o644)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
 }

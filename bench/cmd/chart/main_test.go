@@ -40,3 +40,28 @@ func TestChart(t *testing.T) {
 		t.Errorf("read of a foreign CSV: %v, want an error naming it", err)
 	}
 }
+
+func TestMarkdown(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "peers.csv"), filepath.Join(dir, "peers.md")
+	csv := "pair,round,rheo,rheo_per_s,peer,peer_per_s,ratio,target\n" +
+		"a vs b,1,rheo x,2000,peer y,1000,2.000,2\n" +
+		"a vs b,2,rheo x,1000,peer y,1000,1.000,2\n" +
+		"memory,1,rheo m,900000,,0,,1000000\n"
+	if err := os.WriteFile(in, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMarkdown(in, out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| a vs b | rheo x | 1500 | peer y | 1000 | 2.00, 1.00 | **1.50×** | ≥ 2×: not met |",
+		"| memory | rheo m | 900000 | – | – | – | – | ≥ 1000000/s: not met |"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, b)
+		}
+	}
+}
