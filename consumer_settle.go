@@ -109,8 +109,12 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			ctx, end = r.ins.StartOperation(ctx, Operation{Kind: OpSettle, Stream: r.cfg.Stream, Group: r.cfg.Group,
 				Count: len(reqs), ConsumerID: r.cfg.ConsumerID})
 		}
+		start := time.Now()
 		res, err := r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
 		cancel()
+		if r.win != nil && err == nil {
+			r.win.observeSettle(time.Since(start))
+		}
 		if end != nil {
 			end(OperationResult{Err: err, Settles: reqs, SettleErrs: res})
 		}
