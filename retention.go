@@ -326,3 +326,23 @@ func (c *Client) holdsRetention(ctx context.Context, st StreamState, f []int64) 
 	}
 	return slices.ContainsFunc(parts, func(p int) bool { return p < len(f) && f[p] < targets[p] }), nil
 }
+
+// Stream describes a stream: its partitions, retention policy, and per
+// partition its high watermark and trimmed sequence. A partition holds
+// HighWatermarks[p] - TrimmedThrough[p] events.
+func (c *Client) Stream(ctx context.Context, stream string) (StreamState, error) {
+	if err := c.check(); err != nil {
+		return StreamState{}, err
+	}
+	if err := checkName("stream", stream); err != nil {
+		return StreamState{}, err
+	}
+	st, err := c.b.Stream(ctx, stream)
+	if err != nil {
+		return StreamState{}, err
+	}
+	if len(st.TrimmedThrough) != st.Partitions {
+		st.TrimmedThrough = make([]int64, st.Partitions)
+	}
+	return st, nil
+}

@@ -9,12 +9,25 @@ import (
 
 // DeleteGroup implements rheo.Backend.
 func (b *Backend) DeleteGroup(ctx context.Context, stream, group string) error {
-	return b.store.DeleteGroup(ctx, stream, group)
+	err := b.store.DeleteGroup(ctx, stream, group)
+	b.cacheMu.Lock()
+	delete(b.groups, [2]string{stream, group})
+	b.cacheMu.Unlock()
+	return err
 }
 
 // DeleteStream implements rheo.Backend.
 func (b *Backend) DeleteStream(ctx context.Context, stream string) error {
-	return b.store.DeleteStream(ctx, stream)
+	err := b.store.DeleteStream(ctx, stream)
+	b.cacheMu.Lock()
+	delete(b.streams, stream)
+	for k := range b.groups {
+		if k[0] == stream {
+			delete(b.groups, k)
+		}
+	}
+	b.cacheMu.Unlock()
+	return err
 }
 
 // SetRetention implements rheo.Backend.
