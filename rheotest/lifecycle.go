@@ -20,18 +20,7 @@ func init() {
 
 var confirm = rheo.DeleteOptions{Confirm: true}
 
-// requireLifecycle skips the lifecycle sections for a backend that reports
-// them unsupported, while SQL and Redis backends are still being taught them.
-func requireLifecycle(t *testing.T, f Factory) {
-	t.Helper()
-	e := newEnv(t, f)
-	if err := e.c.Backend().DeleteStream(e.ctx, Name("probe")); errors.Is(err, rheo.ErrUnsupported) {
-		t.Skip("backend does not implement delete and retention yet")
-	}
-}
-
 func runDelete(t *testing.T, f Factory) {
-	requireLifecycle(t, f)
 	runCases(t, f, []testCase{
 		{"delete_group_requires_confirm", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -144,7 +133,6 @@ func maxEvents(n int64) rheo.TrimOptions {
 }
 
 func runRetention(t *testing.T, f Factory) {
-	requireLifecycle(t, f)
 	runCases(t, f, []testCase{
 		{"policy_is_stored_with_the_stream", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
