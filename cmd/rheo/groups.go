@@ -414,18 +414,38 @@ func (a *app) redriveCommand() *cobra.Command {
 		Use:   "redrive STREAM GROUP [EVENT_ID...]",
 		Short: "Make dead letters available again (all, or the named ones)",
 		Long: `Make the group's dead letters available again with attempts reset: the named
-ones, or all of them when none are named. IDs that are not dead letters are
-ignored; the count says how many were reopened.`,
+ones, or all of them when none are named. Named IDs that are not dead letters
+of the group are an error, and then nothing is redriven. It prints how many
+were reopened and the group's lag afterwards.`,
 		Example: "  rheo redrive orders fulfillment\n  rheo redrive orders fulfillment 0193a1b2-…",
 		Args:    cobra.MinimumNArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
-				n, err := c.Redrive(ctx, args[0], args[1], args[2:]...)
+				stream, group := args[0], args[1]
+				var unknown []string
+				for _, id := range args[2:] {
+					// Paging after an ID that is not one of the group's
+					// dead letters fails with ErrCursorNotFound.
+					_, err := c.DeadLetters(ctx, stream, group, rheo.DeadLetterOptions{After: id, Limit: 1})
+					if errors.Is(err, rheo.ErrCursorNotFound) {
+						unknown = append(unknown, id)
+					} else if err != nil {
+						return err
+					}
+				}
+				if len(unknown) > 0 {
+					return fmt.Errorf("not dead letters of group %q: %s; nothing was redriven", group, strings.Join(unknown, ", "))
+				}
+				n, err := c.Redrive(ctx, stream, group, args[2:]...)
 				if err != nil {
 					return err
 				}
-				return a.writeResult(map[string]any{"redriven": n},
-					"redrove %d dead letters of group %s", n, args[1])
+				lag, err := c.Lag(ctx, stream, group)
+				if err != nil {
+					return err
+				}
+				return a.writeResult(map[string]any{"redriven": n, "lag": toLagJSON(lag)},
+					"redrove %d dead letters of group %s; lag now %d", n, group, lag.Total)
 			})
 		}),
 	}

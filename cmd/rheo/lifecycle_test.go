@@ -154,3 +154,65 @@ func TestDemoRefusesRHEODSN(t *testing.T) {
 	require.NotContains(t, errOut.String(), "secret")
 	require.Equal(t, 1, strings.Count(errOut.String(), "\n"), "one rheo: line")
 }
+
+func TestAppendEnvelopesFromStdin(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create-stream", "orders", "--partitions", "3")
+	file := `{"id":"a","type":"t1","key":"k","metadata":{"m":"1"},"payload":{"n":1}}
+{"n":2}
+
+{"id":"c","partition":2,"payload":{"n":3}}
+`
+	var evs []eventJSON
+	require.NoError(t, json.Unmarshal([]byte(c.okStdin(file, "append", "orders", "--type", "flag", "--json")), &evs))
+	require.Len(t, evs, 3)
+	require.Equal(t, "a", evs[0].ID)
+	require.Equal(t, "t1", evs[0].Type, "the envelope wins over --type")
+	require.Equal(t, map[string]string{"m": "1"}, evs[0].Metadata)
+	require.JSONEq(t, `{"n":1}`, string(evs[0].Payload))
+	require.Equal(t, "flag", evs[1].Type, "a bare payload takes the flags")
+	require.JSONEq(t, `{"n":2}`, string(evs[1].Payload))
+	require.Equal(t, 2, evs[2].Partition)
+
+	// Re-running the file appends nothing new for the lines with IDs.
+	c.okStdin(file, "append", "orders")
+	all, _ := c.events()
+	require.Len(t, all, 4, "only the line without an ID was appended again")
+}
+
+func TestAppendValidatesEveryLineFirst(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create-stream", "orders", "--partitions", "2")
+	for _, tc := range []struct{ file, want string }{
+		{"{\"n\":1}\n{\"id\":\"x\",\"partition\":5,\"payload\":{}}\n", "stdin line 2: invalid partition"},
+		{"{\"n\":1}\n[1,2]\n", "stdin line 2"},
+		{"{\"id\":\"d\",\"payload\":{}}\n{\"id\":\"d\",\"payload\":{}}\n", `stdin line 2: event ID "d" already given on line 1`},
+		{"{\"n\":1}\n{\"id\":\"" + strings.Repeat("x", 300) + "\",\"payload\":{}}\n", "stdin line 2"},
+		{"{\"n\":1}\nnot json\n", "stdin line 2 is not valid JSON"},
+	} {
+		r := c.failsStdin(tc.file, exitError, tc.want, "append", "orders")
+		require.Equal(t, 1, strings.Count(r.err, "\n"), "one rheo: line: %s", r.err)
+	}
+	all, _ := c.events()
+	require.Empty(t, all, "nothing is written when any line is bad")
+	c.fails(exitUsage, "payload argument is empty", "append", "orders", "")
+}
+
+func TestRedriveUnknownIDsFails(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create-stream", "s")
+	c.ok("create-group", "s", "g", "--max-attempts", "1")
+	c.ok("append", "s", "--id", "bad", `{}`)
+	c.ok("append", "s", "--id", "good", `{}`)
+	cl := c.client()
+	ctx := context.Background()
+	ls, err := cl.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 2})
+	require.NoError(t, err)
+	require.NoError(t, cl.Reject(ctx, ls[0], "poison"))
+	require.NoError(t, cl.Ack(ctx, ls[1]))
+	require.NoError(t, cl.Close())
+
+	c.fails(exitError, `not dead letters of group "g": good, nope; nothing was redriven`, "redrive", "s", "g", "bad", "good", "nope")
+	require.Contains(t, c.ok("dead-letters", "s", "g"), "bad")
+	require.Contains(t, c.ok("redrive", "s", "g", "bad"), "redrove 1 dead letters of group g; lag now 2")
+}
