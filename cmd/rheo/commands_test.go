@@ -57,11 +57,11 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 func TestRunErrorsExitOneWithOneLine(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
+	c.ok("create-stream", "orders")
 	r := c.fails(exitError, `stream not found: stream "nosuch"`, "lag", "nosuch", "g")
 	require.Equal(t, 1, strings.Count(r.err, "\n"), "exactly one line: %q", r.err)
 	require.Empty(t, r.out)
 
-	c.ok("create-stream", "orders")
 	c.fails(exitError, "group not found", "info", "orders", "nosuch")
 	c.fails(exitError, "already exists", "create-stream", "orders")
 }
