@@ -287,11 +287,15 @@ type groupInfoJSON struct {
 	Available     int64      `json:"available"`
 	DeadLetters   int64      `json:"dead_letters"`
 	OldestPending *time.Time `json:"oldest_pending"`
+	// Skipped and HoldsRetention: see rheo.GroupInfo.
+	Skipped        int64 `json:"skipped"`
+	HoldsRetention bool  `json:"holds_retention"`
 }
 
 func toGroupInfoJSON(i rheo.GroupInfo) groupInfoJSON {
 	out := groupInfoJSON{Stream: i.Stream, Group: i.Group, Lag: toLagJSON(i.Lag),
-		Inflight: i.Inflight, Available: i.Available, DeadLetters: i.DeadLetters}
+		Inflight: i.Inflight, Available: i.Available, DeadLetters: i.DeadLetters,
+		Skipped: i.Skipped, HoldsRetention: i.HoldsRetention}
 	if !i.OldestPending.IsZero() {
 		t := i.OldestPending
 		out.OldestPending = &t
@@ -337,7 +341,9 @@ func (a *app) infoCommand() *cobra.Command {
 		Short: "Summarise a group's health: lag, leases held, available, dead letters",
 		Long: `Summarise a group: total lag, inflight leases (including expired ones nobody
 reclaimed yet), deliveries available now or later, dead letters, and the
-timestamp of the oldest event not yet terminal for the group.`,
+timestamp of the oldest event not yet terminal for the group; skipped counts
+events trims removed before the group acked them, and a line says when the
+group holds the stream's retention back.`,
 		Example: "  rheo info orders fulfillment",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
@@ -357,6 +363,10 @@ timestamp of the oldest event not yet terminal for the group.`,
 				t.row("available", info.Available)
 				t.row("dead letters", info.DeadLetters)
 				t.row("oldest pending", fmtTime(info.OldestPending))
+				t.row("skipped", info.Skipped)
+				if info.HoldsRetention {
+					t.row("retention", "held back by this group (its frontier is below the stream's retention target)")
+				}
 				return t.flush()
 			})
 		}),

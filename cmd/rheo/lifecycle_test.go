@@ -50,6 +50,7 @@ func TestTrimAndStreamsShowCountsAndRetention(t *testing.T) {
 	require.Equal(t, "max-events=2", streams[0]["retention"])
 
 	// The group has not consumed anything: it holds the trim back.
+	require.Contains(t, c.ok("info", "s", "g"), "held back by this group")
 	out := c.ok("trim", "s")
 	require.Contains(t, out, "removed 0 events")
 	require.Contains(t, out, "held back by group g")
@@ -63,6 +64,10 @@ func TestTrimAndStreamsShowCountsAndRetention(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(c.ok("streams", "--json")), &streams))
 	require.Equal(t, float64(2), streams[0]["events"])
 	require.Equal(t, float64(3), streams[0]["trimmed"])
+	var info groupInfoJSON
+	require.NoError(t, json.Unmarshal([]byte(c.ok("info", "s", "g", "--json")), &info))
+	require.Equal(t, int64(3), info.Skipped)
+	require.False(t, info.HoldsRetention)
 
 	c.ok("set-retention", "s", "--none")
 	c.fails(exitError, "no retention policy", "trim", "s")
