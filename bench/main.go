@@ -56,6 +56,7 @@ func memoryN(s sizes) int  { return s.memory }
 func pairs(workers int) []pair {
 	def := fmt.Sprintf("rheo consumer, default settings (Concurrency %d)", workers)
 	raw := "rheo Fetch(100)+AckBatch, 2 goroutines"
+	prev := fmt.Sprintf("rheo consumer, MaxInflight %d (the previous default)", workers)
 	app := func(store string, size int) side {
 		return side{fmt.Sprintf("rheo AppendBatch %d", size), rheoAppend(store, size), appendN}
 	}
@@ -96,6 +97,15 @@ func pairs(workers int) []pair {
 			side{"bare multi-row INSERT 100", sqliteBareInsert(100), appendN}, 0},
 		{"sqlite append 1000: vs bare INSERT", app("sqlite", 1000),
 			side{"bare multi-row INSERT 1000", sqliteBareInsert(1000), appendN}, 0},
+
+		{"postgres runtime: default vs MaxInflight = Concurrency", side{def, rheoConsumer("postgres"), consumeN},
+			side{prev, rheoConsumerWindow("postgres", workers), consumeN}, 0},
+		{"redis runtime: default vs MaxInflight = Concurrency", side{def, rheoConsumer("redis"), consumeN},
+			side{prev, rheoConsumerWindow("redis", workers), consumeN}, 0},
+		{"sqlite runtime: default vs MaxInflight = Concurrency", side{def, rheoConsumer("sqlite"), consumeN},
+			side{prev, rheoConsumerWindow("sqlite", workers), consumeN}, 0},
+		{"memory runtime: default vs MaxInflight = Concurrency", side{def, rheoConsumer("memory"), memoryN},
+			side{prev, rheoConsumerWindow("memory", workers), memoryN}, 0},
 
 		{"memory append 100: fresh ~100-byte JSON", side{"rheo AppendBatch 100", rheoAppend("memory", 100), memoryN}, side{}, 1e6},
 		{"memory append 1000: fresh ~100-byte JSON", side{"rheo AppendBatch 1000", rheoAppend("memory", 1000), memoryN}, side{}, 1e6},

@@ -54,7 +54,10 @@ func rheoBacklog(ctx context.Context, e *env, store string, n int) (*rheo.Client
 
 // rheoConsumer drains a backlog of n events with the consumer runtime at
 // its default settings: only Concurrency is set.
-func rheoConsumer(store string) workload {
+func rheoConsumer(store string) workload { return rheoConsumerWindow(store, 0) }
+
+// rheoConsumerWindow is rheoConsumer with MaxInflight set (0: the default).
+func rheoConsumerWindow(store string, maxInflight int) workload {
 	return func(ctx context.Context, e *env, n int) (float64, error) {
 		c, cleanup, err := rheoBacklog(ctx, e, store, n)
 		if err != nil {
@@ -64,7 +67,7 @@ func rheoConsumer(store string) workload {
 		var handled atomic.Int64
 		all := make(chan struct{})
 		k, err := c.NewConsumer(rheo.ConsumerConfig{
-			Stream: benchStream, Group: benchGroup, Concurrency: e.workers,
+			Stream: benchStream, Group: benchGroup, Concurrency: e.workers, MaxInflight: maxInflight,
 			Handler: func(context.Context, rheo.Event) error {
 				if handled.Add(1) == int64(n) {
 					close(all)

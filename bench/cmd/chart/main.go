@@ -122,7 +122,7 @@ func render(w io.Writer, title string, bars []bar) {
 	fmt.Fprintf(w, `<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", pad, html.EscapeString(title))
 	bottom := top + rowH*len(bars)
 	for v := lo; v <= hi*1.0001; v *= 10 {
-		for _, m := range []float64{1, 2, 5} {
+		for _, m := range []float64{1, 3} {
 			t := v * m
 			if t > hi*1.0001 {
 				break
@@ -151,7 +151,12 @@ func render(w io.Writer, title string, bars []bar) {
 		if b.target > 0 {
 			fmt.Fprintf(w, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#c00" stroke-width="2"/>`+"\n", x(b.target), x(b.target), y+2, y+rowH-2)
 		}
-		fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#222">%.2f×</text>`+"\n", max(x0, x1)+4, y+15, m)
+		// The label goes right of the bar, the dots and the target tick.
+		right := max(x0, x1, x(slices.Max(b.ratios)))
+		if b.target > 0 {
+			right = max(right, x(b.target))
+		}
+		fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#222">%.2f×</text>`+"\n", right+6, y+15, m)
 	}
 	fmt.Fprintf(w, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#000"/>`+"\n", x(1), x(1), top-4, bottom)
 	legend := "bar: median ratio · dots: each round · red tick: target · green: target met, orange: not met, blue: no target"
