@@ -65,6 +65,7 @@ func TestPayloadsAndMetadataRoundTrip(t *testing.T) {
 		[]byte(`{"a":1,"b":{"c":[true,null]}}`), []byte(`{"b":1,"a":2}`),
 		[]byte(`{ "spaced": 1 }`), []byte(`{"$bytes":"AAEC"}`), []byte(`{"$bytes":"not base64!"}`),
 		[]byte(`{"z":"\u0000"}`), []byte("{\"bad\":\"\xff\"}"), []byte(`{"x":1`),
+		[]byte(`{"x":}`), []byte(`{"a":1}}`), []byte(`{"a":"}`),
 	}
 	forEachStore(t, func(t *testing.T, store string) {
 		c := newClient(t, store)
