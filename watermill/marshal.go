@@ -40,10 +40,11 @@ type Marshaler interface {
 //     object with whitespace) is stored as {"$bytes":"<base64>"} (standard
 //     encoding, with padding), which gives the bytes back exactly.
 //
-// Stored objects come back byte for byte on memory, SQLite and Redis; on
-// PostgreSQL, which keeps payloads as jsonb, they come back compact and
-// JSON-equal (jsonb orders keys by length, then bytes, and keeps the last of
-// duplicate keys). Set WrapAll for byte-exact payloads on every store.
+// The Publisher also wraps an object rheo refuses to store exactly as it is
+// (rheo is the judge: duplicate member names, say). Stored objects come back
+// byte for byte where the store keeps payloads exactly; a store that keeps
+// them only as jsonb gives them back compact and JSON-equal, keys in jsonb's
+// order. Set WrapAll for byte-exact payloads whatever the store.
 type DefaultMarshaler struct {
 	// WrapAll stores every payload as {"$bytes":…}, JSON objects too.
 	WrapAll bool

@@ -104,9 +104,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for start := 0; start < len(ms); start += rheo.MaxLimit {
 		end := min(start+rheo.MaxLimit, len(ms))
 		err := p.append(ctx, topic, ms[start:end])
-		if err != nil && fast && errors.Is(err, rheo.ErrInvalidArgument) && wrapInvalid(ms[start:end], unverified[start:end]) {
-			// Some payloads looked like JSON objects but were not: store
-			// them wrapped, as DefaultMarshaler.Marshal would have.
+		if err != nil && fast && errors.Is(err, rheo.ErrInvalidArgument) &&
+			p.wrapRefused(ctx, topic, ms[start:end], unverified[start:end]) {
+			// Some payloads looked like JSON objects rheo can store as they
+			// are but were not: store them wrapped instead.
 			err = p.append(ctx, topic, ms[start:end])
 		}
 		if err != nil {
@@ -116,12 +117,18 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// wrapInvalid wraps the unverified payloads that are not valid JSON and
-// reports whether there were any.
-func wrapInvalid(ms []rheo.Message, unverified []bool) bool {
+// wrapRefused wraps the unverified payloads that rheo refuses to store as
+// they are (not JSON, or JSON some store could not keep exactly: rheo's
+// PrepareAppend, which stores nothing, is the judge) and reports whether
+// there were any.
+func (p *Publisher) wrapRefused(ctx context.Context, topic string, ms []rheo.Message, unverified []bool) bool {
 	changed := false
 	for i := range ms {
-		if unverified[i] && !json.Valid(ms[i].Payload) {
+		if !unverified[i] {
+			continue
+		}
+		_, err := p.cfg.Client.PrepareAppend(ctx, topic, []rheo.Message{{ID: ms[i].ID, Payload: ms[i].Payload}})
+		if errors.Is(err, rheo.ErrInvalidArgument) || !json.Valid(ms[i].Payload) {
 			ms[i].Payload = wrapBytes(ms[i].Payload)
 			changed = true
 		}
