@@ -13,6 +13,7 @@ import (
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
@@ -222,20 +223,27 @@ func BenchmarkConsumeRedis(b *testing.B) {
 }
 
 func redisstreamConsume(b *testing.B) {
-	{
-		rc := testRedis(b)
-		prefix := "rheowm:wmredis:" + randHex(6) + ":"
-		b.Cleanup(func() { dropRedisKeys(b, rc, prefix) })
-		topic := prefix + "bench"
-		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rc}, watermill.NopLogger{})
+	rc := testRedis(b)
+	prefix := "rheowm:wmredis:" + randHex(6) + ":"
+	b.Cleanup(func() { dropRedisKeys(b, rc, prefix) })
+	topic := prefix + "bench"
+	// watermill-redisstream closes the client it is given when its
+	// publisher or subscriber closes: give each its own, and keep rc for
+	// the cleanup.
+	newClient := func() goredis.UniversalClient {
+		o, err := goredis.ParseURL(redisURL())
 		require.NoError(b, err)
-		publishAll(b, pub, topic, benchMessages(b.N))
-		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: rc, ConsumerGroup: "bench", OldestId: "0",
-		}, watermill.NopLogger{})
-		require.NoError(b, err)
-		consumeAll(b, sub, topic, b.N)
+		return goredis.NewClient(o)
 	}
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: newClient()}, watermill.NopLogger{})
+	require.NoError(b, err)
+	publishAll(b, pub, topic, benchMessages(b.N))
+	require.NoError(b, pub.Close())
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+		Client: newClient(), ConsumerGroup: "bench", OldestId: "0",
+	}, watermill.NopLogger{})
+	require.NoError(b, err)
+	consumeAll(b, sub, topic, b.N)
 }
 
 // BenchmarkPublishMemory and BenchmarkPublishPostgres: Publish through the
