@@ -40,10 +40,11 @@ type Marshaler interface {
 //     object with whitespace) is stored as {"$bytes":"<base64>"} (standard
 //     encoding, with padding), which gives the bytes back exactly.
 //
-// Stored objects come back byte for byte on memory, SQLite and Redis; on
-// PostgreSQL, which keeps payloads as jsonb, they come back compact and
-// JSON-equal (jsonb orders keys by length, then bytes, and keeps the last of
-// duplicate keys). Set WrapAll for byte-exact payloads on every store.
+// The Publisher also wraps an object rheo refuses to store exactly as it is
+// (rheo is the judge: duplicate member names, say). Stored objects come back
+// byte for byte where the store keeps payloads exactly; a store that keeps
+// them only as jsonb gives them back compact and JSON-equal, keys in jsonb's
+// order. Set WrapAll for byte-exact payloads whatever the store.
 type DefaultMarshaler struct {
 	// WrapAll stores every payload as {"$bytes":…}, JSON objects too.
 	WrapAll bool
@@ -51,16 +52,26 @@ type DefaultMarshaler struct {
 
 // Marshal implements Marshaler.
 func (m DefaultMarshaler) Marshal(_ string, msg *message.Message) (rheo.Message, error) {
-	out := rheo.Message{ID: msg.UUID}
-	if len(msg.Metadata) > 0 {
-		out.Metadata = maps.Clone(map[string]string(msg.Metadata))
-	}
-	if !m.WrapAll && storableAsIs(msg.Payload) {
-		out.Payload = json.RawMessage(msg.Payload)
-	} else {
-		out.Payload = wrapBytes(msg.Payload)
+	out, _ := m.marshal(msg, true)
+	if len(out.Metadata) > 0 {
+		out.Metadata = maps.Clone(out.Metadata)
 	}
 	return out, nil
+}
+
+// marshal is Marshal without copying the metadata (rheo copies what it
+// keeps). With verify false it skips the full JSON check of payloads that
+// look like compact objects and reports whether it did so (unverified): the
+// Publisher then relies on rheo's own check, which refuses invalid JSON, and
+// wraps and retries those payloads when rheo refuses the batch.
+func (m DefaultMarshaler) marshal(msg *message.Message, verify bool) (out rheo.Message, unverified bool) {
+	out = rheo.Message{ID: msg.UUID, Metadata: msg.Metadata}
+	if !m.WrapAll && storableAsIs(msg.Payload, verify) {
+		out.Payload = json.RawMessage(msg.Payload)
+		return out, !verify
+	}
+	out.Payload = wrapBytes(msg.Payload)
+	return out, false
 }
 
 // Unmarshal implements Marshaler.
@@ -78,11 +89,11 @@ func (DefaultMarshaler) Unmarshal(e rheo.Event) (*message.Message, error) {
 
 // storableAsIs reports whether p is a compact JSON object rheo keeps as it
 // is and that unwrapping would not mistake for a wrapped payload.
-func storableAsIs(p []byte) bool {
+func storableAsIs(p []byte, verify bool) bool {
 	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' {
 		return false
 	}
-	if !utf8.Valid(p) || bytes.Contains(p, []byte(`\u0000`)) || !json.Valid(p) {
+	if !utf8.Valid(p) || bytes.Contains(p, []byte(`\u0000`)) || (verify && !json.Valid(p)) {
 		return false
 	}
 	if hasWhitespaceOutsideStrings(p) {

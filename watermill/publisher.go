@@ -2,6 +2,7 @@ package rheowatermill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -77,10 +78,20 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return nil
 	}
 	ms := make([]rheo.Message, len(msgs))
+	dm, fast := p.cfg.Marshaler.(DefaultMarshaler)
+	var unverified []bool
+	if fast {
+		unverified = make([]bool, len(msgs))
+	}
 	for i, msg := range msgs {
-		m, err := p.cfg.Marshaler.Marshal(topic, msg)
-		if err != nil {
-			return fmt.Errorf("rheowatermill: marshal message %s for topic %q: %w", msg.UUID, topic, err)
+		var m rheo.Message
+		if fast {
+			m, unverified[i] = dm.marshal(msg, false)
+		} else {
+			var err error
+			if m, err = p.cfg.Marshaler.Marshal(topic, msg); err != nil {
+				return fmt.Errorf("rheowatermill: marshal message %s for topic %q: %w", msg.UUID, topic, err)
+			}
 		}
 		if m.Key == "" {
 			m.Key = p.cfg.PartitionKey(topic, msg)
@@ -90,14 +101,39 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	// Watermill's Publish takes no context, and a message's own context
 	// may be a consumed message's, cancelled once that one is acked.
 	ctx := context.Background()
-	for len(ms) > 0 {
-		n := min(len(ms), rheo.MaxLimit)
-		if err := p.append(ctx, topic, ms[:n]); err != nil {
+	for start := 0; start < len(ms); start += rheo.MaxLimit {
+		end := min(start+rheo.MaxLimit, len(ms))
+		err := p.append(ctx, topic, ms[start:end])
+		if err != nil && fast && errors.Is(err, rheo.ErrInvalidArgument) &&
+			p.wrapRefused(ctx, topic, ms[start:end], unverified[start:end]) {
+			// Some payloads looked like JSON objects rheo can store as they
+			// are but were not: store them wrapped instead.
+			err = p.append(ctx, topic, ms[start:end])
+		}
+		if err != nil {
 			return err
 		}
-		ms = ms[n:]
 	}
 	return nil
+}
+
+// wrapRefused wraps the unverified payloads that rheo refuses to store as
+// they are (not JSON, or JSON some store could not keep exactly: rheo's
+// PrepareAppend, which stores nothing, is the judge) and reports whether
+// there were any.
+func (p *Publisher) wrapRefused(ctx context.Context, topic string, ms []rheo.Message, unverified []bool) bool {
+	changed := false
+	for i := range ms {
+		if !unverified[i] {
+			continue
+		}
+		_, err := p.cfg.Client.PrepareAppend(ctx, topic, []rheo.Message{{ID: ms[i].ID, Payload: ms[i].Payload}})
+		if errors.Is(err, rheo.ErrInvalidArgument) || !json.Valid(ms[i].Payload) {
+			ms[i].Payload = wrapBytes(ms[i].Payload)
+			changed = true
+		}
+	}
+	return changed
 }
 
 func (p *Publisher) append(ctx context.Context, topic string, ms []rheo.Message) error {
