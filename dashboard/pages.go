@@ -135,7 +135,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.failErr(w, r, err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Refresh: 1, Data: v})
+	d.render(w, r, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Live: true, Data: v})
 }
 
 // deadLetterPage is how many dead letters the group page shows at once.
@@ -195,7 +195,7 @@ func (d *Dashboard) groupPage(w http.ResponseWriter, r *http.Request) {
 	if len(dls) == deadLetterPage {
 		v.Next = dls[len(dls)-1].EventID
 	}
-	d.render(w, r, http.StatusOK, "group", view{Title: group + " · " + stream, Nav: "overview", Refresh: 1, Data: v})
+	d.render(w, r, http.StatusOK, "group", view{Title: group + " · " + stream, Nav: "overview", Live: true, Data: v})
 }
 
 // leasePage is how many current leases the group page lists.
