@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rheo-go/rheo/dashboard"
+	"github.com/rheo-go/rheo/exporter"
 )
 
 func (a *app) dashboardCommand() *cobra.Command {
@@ -51,8 +52,8 @@ name, the token as the password. Scripts send "Authorization: Bearer TOKEN".`,
 
 			mux := http.NewServeMux()
 			mux.Handle("/", d)
-			// --- /metrics: mount the Prometheus exporter here (behind the same
-			// token as the pages), e.g. mux.Handle("GET /metrics", …). ---
+			// The group-health series of `rheo metrics`, behind the same token.
+			mux.Handle("GET /metrics", exporter.Handler(c, exporter.Options{}))
 
 			var h http.Handler = mux
 			if token != "" {
