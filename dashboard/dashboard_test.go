@@ -764,3 +764,24 @@ func TestNoOpenRedirects(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "actions answer with a page, never a redirect")
 	require.NotContains(t, body, "evil.example")
 }
+
+func TestTrimmedEventsAreNotCounted(t *testing.T) {
+	forStores(t, localStores, func(t *testing.T, kind string) {
+		f := newFixture(t, kind)
+		ctx := context.Background()
+		require.NoError(t, f.c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+		var ms []rheo.Message
+		for range 30 {
+			ms = append(ms, rheo.Message{})
+		}
+		_, err := f.c.AppendBatch(ctx, "s", ms)
+		require.NoError(t, err)
+		_, err = f.c.Trim(ctx, "s", rheo.TrimOptions{Retention: rheo.Retention{MaxEvents: 20}})
+		require.NoError(t, err)
+		require.Contains(t, f.getOK("/"), "1 partition · 20 events")
+		status, body := f.get("/streams/s/events/0/5")
+		require.Equal(t, http.StatusNotFound, status)
+		require.Contains(t, body, "or trimmed")
+		require.Contains(t, f.getOK("/streams/s/events/0/11"), "<td>11</td>")
+	})
+}

@@ -85,10 +85,10 @@ func (d *Dashboard) gatherOverview(ctx context.Context) (overviewView, error) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			row := &v.Streams[i]
-			state, err := d.c.Backend().Stream(ctx, st.Name)
+			state, err := d.c.Stream(ctx, st.Name)
 			if err == nil {
-				for _, hw := range state.HighWatermarks {
-					row.Events += hw
+				for p, hw := range state.HighWatermarks {
+					row.Events += hw - state.TrimmedThrough[p] // retained events
 				}
 				var names []string
 				names, err = d.c.ListGroups(ctx, st.Name)
@@ -135,7 +135,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.failErr(w, r, err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Refresh: 1, Data: v})
+	d.render(w, r, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Live: true, Data: v})
 }
 
 // deadLetterPage is how many dead letters the group page shows at once.
@@ -161,7 +161,7 @@ type groupView struct {
 func (d *Dashboard) groupPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	stream, group := r.PathValue("stream"), r.PathValue("group")
-	st, err := d.c.Backend().Stream(ctx, stream)
+	st, err := d.c.Stream(ctx, stream)
 	if err != nil {
 		d.failErr(w, r, err)
 		return
@@ -195,7 +195,7 @@ func (d *Dashboard) groupPage(w http.ResponseWriter, r *http.Request) {
 	if len(dls) == deadLetterPage {
 		v.Next = dls[len(dls)-1].EventID
 	}
-	d.render(w, r, http.StatusOK, "group", view{Title: group + " · " + stream, Nav: "overview", Refresh: 1, Data: v})
+	d.render(w, r, http.StatusOK, "group", view{Title: group + " · " + stream, Nav: "overview", Live: true, Data: v})
 }
 
 // leasePage is how many current leases the group page lists.
@@ -369,7 +369,7 @@ func (d *Dashboard) lookupEvent(ctx context.Context, stream, part, seq string) (
 		return rheo.Event{}, err
 	}
 	if len(evs) == 0 || evs[0].Sequence != s {
-		return rheo.Event{}, rheo.Errorf(rheo.ErrStreamNotFound, "stream %q has no event at partition %d sequence %d", stream, p, s)
+		return rheo.Event{}, rheo.Errorf(rheo.ErrStreamNotFound, "stream %q has no event at partition %d sequence %d (never appended, or trimmed)", stream, p, s)
 	}
 	return evs[0], nil
 }

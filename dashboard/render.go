@@ -49,7 +49,8 @@ type view struct {
 	Title   string
 	Nav     string // which top-level section is active
 	Writes  bool
-	Refresh int // live refresh interval in seconds; 0 disables
+	Live    bool // the page may refresh itself (overview, group page)
+	Refresh int  // live refresh interval in seconds; 0 disables
 	CSRF    string
 	Now     time.Time
 	Data    any
@@ -61,10 +62,8 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p
 	v.Base = basePath(r)
 	v.Writes = d.cfg.writes
 	v.Now = d.cfg.clock.Now()
-	if v.Refresh > 0 && d.cfg.refresh > 0 {
+	if v.Live && d.cfg.refresh > 0 {
 		v.Refresh = max(int(d.cfg.refresh/time.Second), 1)
-	} else {
-		v.Refresh = 0
 	}
 	if d.cfg.writes && v.CSRF == "" {
 		v.CSRF = d.csrfToken(w, r)
