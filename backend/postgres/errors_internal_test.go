@@ -21,7 +21,12 @@ func TestClassify(t *testing.T) {
 	}{
 		{"unique violation", &pgconn.PgError{Code: "23505"}, true, rheo.ErrAlreadyExists},
 		{"NUL in jsonb", &pgconn.PgError{Code: "22P05"}, true, rheo.ErrInvalidArgument},
-		{"missing schema", &pgconn.PgError{Code: "3F000"}, false, rheo.ErrBackendUnavailable},
+		{"missing schema", &pgconn.PgError{Code: "3F000"}, false, rheo.ErrMisconfigured},
+		{"missing table", &pgconn.PgError{Code: "42P01"}, true, rheo.ErrMisconfigured},
+		{"wrong password", &pgconn.PgError{Code: "28P01"}, false, rheo.ErrMisconfigured},
+		{"unknown role", &pgconn.PgError{Code: "28000"}, false, rheo.ErrMisconfigured},
+		{"missing database", &pgconn.PgError{Code: "3D000"}, false, rheo.ErrMisconfigured},
+		{"permission denied", &pgconn.PgError{Code: "42501"}, true, rheo.ErrMisconfigured},
 		{"server rejected a write", &pgconn.PgError{Code: "57014"}, true, rheo.ErrBackendUnavailable},
 		{"connection failure reported by server", &pgconn.PgError{Code: "08006"}, true, rheo.ErrAmbiguous},
 		{"deadline during a write", context.DeadlineExceeded, true, rheo.ErrAmbiguous},
