@@ -115,9 +115,9 @@ func TestCreateStreamThenStreamsListsIt(t *testing.T) {
 	out := c.ok("streams")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3)
-	require.Regexp(t, `^STREAM\s+PARTITIONS\s+CREATED$`, lines[0])
-	require.Regexp(t, `^audit\s+1\s+\d{4}-`, lines[1])
-	require.Regexp(t, `^orders\s+3\s+\d{4}-`, lines[2])
+	require.Regexp(t, `^STREAM\s+PARTITIONS\s+EVENTS\s+TRIMMED\s+RETENTION\s+CREATED$`, lines[0])
+	require.Regexp(t, `^audit\s+1\s+0\s+0\s+none\s+\d{4}-`, lines[1])
+	require.Regexp(t, `^orders\s+3\s+0\s+0\s+none\s+\d{4}-`, lines[2])
 
 	var streams []struct {
 		Name       string `json:"name"`
