@@ -90,7 +90,8 @@ func (c *Client) EnforceRetention(ctx context.Context) ([]TrimReport, error) {
 		if !held {
 			continue
 		}
-		rep, err := c.Trim(ctx, s.Name, TrimOptions{})
+		// The policy as listed: one changed meanwhile applies next pass.
+		rep, err := c.Trim(ctx, s.Name, TrimOptions{Retention: s.Retention})
 		// Release even when the pass failed, so another client can retry.
 		now = c.now()
 		_, rerr := c.b.LeaseRetention(context.WithoutCancel(ctx), s.Name, c.retentionOwner, now, now)

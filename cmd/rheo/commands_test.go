@@ -115,9 +115,9 @@ func TestCreateStreamThenStreamsListsIt(t *testing.T) {
 	out := c.ok("streams")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3)
-	require.Regexp(t, `^STREAM\s+PARTITIONS\s+CREATED$`, lines[0])
-	require.Regexp(t, `^audit\s+1\s+\d{4}-`, lines[1])
-	require.Regexp(t, `^orders\s+3\s+\d{4}-`, lines[2])
+	require.Regexp(t, `^STREAM\s+PARTITIONS\s+EVENTS\s+TRIMMED\s+RETENTION\s+CREATED$`, lines[0])
+	require.Regexp(t, `^audit\s+1\s+0\s+0\s+none\s+\d{4}-`, lines[1])
+	require.Regexp(t, `^orders\s+3\s+0\s+0\s+none\s+\d{4}-`, lines[2])
 
 	var streams []struct {
 		Name       string `json:"name"`
@@ -128,7 +128,7 @@ func TestCreateStreamThenStreamsListsIt(t *testing.T) {
 	require.Equal(t, "orders", streams[1].Name)
 	require.Equal(t, 3, streams[1].Partitions)
 
-	c.fails(exitError, "partitions -1 out of range", "create-stream", "bad", "--partitions", "-1")
+	c.fails(exitUsage, "--partitions -1: want 1 to 1024", "create-stream", "bad", "--partitions", "-1")
 }
 
 func TestAppendPayloadArgument(t *testing.T) {
@@ -415,9 +415,12 @@ func TestDeadLettersThenRedrive(t *testing.T) {
 	require.Contains(t, c.ok("redrive", "orders", "g", ls[2].Event.ID), "redrove 1 dead letters of group g")
 	c.jsonOK(&dls, "dead-letters", "orders", "g")
 	require.Len(t, dls, 1)
-	var n map[string]int
+	var n struct {
+		Redriven int     `json:"redriven"`
+		Lag      lagJSON `json:"lag"`
+	}
 	c.jsonOK(&n, "redrive", "orders", "g")
-	require.Equal(t, 1, n["redriven"])
+	require.Equal(t, 1, n.Redriven)
 	c.jsonOK(&dls, "dead-letters", "orders", "g")
 	require.Empty(t, dls)
 
