@@ -99,7 +99,7 @@ func TestDifferential(t *testing.T) {
 	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return newBackend(t) }, rheotest.DifferentialOptions{
 		// Round trips make a step slow here: fewer seeds keep the default
 		// run short; RHEO_DIFF_SEEDS and RHEO_DIFF_STEPS run long ones.
-		Seeds: 6,
+		Seeds: 3,
 		// jsonb does not keep payload bytes yet: compare them as JSON.
 		CanonicalPayloads: true,
 	})

@@ -154,6 +154,6 @@ func TestDifferential(t *testing.T) {
 	}, rheotest.DifferentialOptions{
 		// Round trips make a step slow here: fewer seeds keep the default
 		// run short; RHEO_DIFF_SEEDS and RHEO_DIFF_STEPS run long ones.
-		Seeds: 10,
+		Seeds: 4,
 	})
 }

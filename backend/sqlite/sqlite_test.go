@@ -77,5 +77,11 @@ func TestOpenDSN(t *testing.T) {
 }
 
 func TestDifferential(t *testing.T) {
-	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return open(t) }, rheotest.DifferentialOptions{})
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return open(t) }, rheotest.DifferentialOptions{
+		// The race detector slows the pure-Go SQLite driver tenfold, and
+		// this package's other tests are long already: two short seeds keep
+		// the default run short; RHEO_DIFF_SEEDS and RHEO_DIFF_STEPS run
+		// long ones.
+		Seeds: 2, Steps: 120,
+	})
 }
