@@ -58,6 +58,7 @@ type run struct {
 	log *slog.Logger
 	obs Observer
 	ins Instrumentation
+	win *window // nil unless MaxInflight is sized by the runtime
 
 	// bg outlives the caller's cancellation (with its values) so that
 	// settles and renewals still go out while the consumer stops. Handler
@@ -82,7 +83,12 @@ type run struct {
 }
 
 func newRun(k *Consumer, ctx context.Context) *run {
+	var win *window
+	if k.adaptive {
+		win = newWindow(k.cfg.Concurrency, k.cfg.MaxInflight)
+	}
 	return &run{
+		win:       win,
 		c:         k.c,
 		cfg:       k.cfg,
 		log:       k.log,
@@ -176,8 +182,14 @@ func (r *run) fetchLoop(ctx context.Context) error {
 	opts := FetchOptions{ConsumerID: r.cfg.ConsumerID, LeaseDuration: r.cfg.LeaseDuration, Partitions: r.cfg.Partitions}
 	var backoff time.Duration
 	for ctx.Err() == nil && !r.draining() {
-		free := r.cfg.MaxInflight - r.count()
-		if free <= 0 {
+		size, minFetch := r.cfg.MaxInflight, 1
+		if r.win != nil {
+			size, minFetch = r.win.limits()
+		}
+		free := size - r.count()
+		// A small fetch while handlers still have queued work would only
+		// add a round trip: wait until enough slots are free.
+		if free <= 0 || (free < minFetch && len(r.queue) > 0) {
 			if !wait(0, nil, r.slotFreed) {
 				return nil
 			}
@@ -186,12 +198,17 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		opts.Limit = free
 		start := time.Now()
 		leases, err := r.c.Fetch(ctx, r.cfg.Stream, r.cfg.Group, opts)
-		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: time.Since(start), Err: err})
+		took := time.Since(start)
+		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: took, Err: err})
+		if r.win != nil && err == nil && len(leases) > 0 {
+			r.win.observeFetch(took)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) ||
+				errors.Is(err, ErrMisconfigured) {
 				r.log.Error("consumer cannot fetch; stopping", "err", err)
 				return err
 			}
@@ -329,6 +346,9 @@ func (r *run) handle(j *job, lease Lease) {
 	elapsed := time.Since(start)
 	if j.proc != nil {
 		j.proc.Handled(err, panicked, elapsed)
+	}
+	if r.win != nil {
+		r.win.observeHandler(elapsed)
 	}
 	stopped := err != nil && errors.Is(context.Cause(j.ctx), ErrConsumerStopped)
 	r.mu.Lock()

@@ -1,20 +1,23 @@
 package rheo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/rheo-go/rheo/internal/id"
 	"github.com/rheo-go/rheo/internal/partition"
+	"github.com/rheo-go/rheo/internal/payload"
 )
 
 // StreamConfig configures a new stream.
 type StreamConfig struct {
 	// Partitions is the number of partitions, 1 to 1024. Zero means 1.
 	Partitions int
+	// Retention bounds the stream's log; the zero value keeps everything.
+	Retention Retention
 }
 
 // StreamInfo describes a stream.
@@ -22,6 +25,8 @@ type StreamInfo struct {
 	Name       string
 	Partitions int
 	CreatedAt  time.Time
+	// Retention is the stream's retention policy (zero: keep everything).
+	Retention Retention
 }
 
 // Message is what a producer appends.
@@ -91,7 +96,10 @@ func (c *Client) CreateStream(ctx context.Context, stream string, cfg StreamConf
 	if n < 1 || n > MaxPartitions {
 		return Errorf(ErrInvalidArgument, "stream %q: partitions %d out of range 1..%d", stream, cfg.Partitions, MaxPartitions)
 	}
-	if err := c.b.CreateStream(ctx, StreamInfo{Name: stream, Partitions: n, CreatedAt: c.now()}); err != nil {
+	if err := cfg.Retention.check(stream); err != nil {
+		return err
+	}
+	if err := c.b.CreateStream(ctx, StreamInfo{Name: stream, Partitions: n, CreatedAt: c.now(), Retention: cfg.Retention}); err != nil {
 		return err
 	}
 	c.streams.Store(stream, n)
@@ -224,6 +232,9 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena 
 		if !utf8.ValidString(v) {
 			return e, Errorf(ErrInvalidArgument, "metadata %q value is not valid UTF-8", k)
 		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return e, Errorf(ErrInvalidArgument, "metadata %q value contains a NUL byte", k)
+		}
 		size += len(k) + len(v)
 	}
 	payload, err := compactObject(arena, m.Payload)
@@ -243,34 +254,23 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena 
 	return e, nil
 }
 
-// compactObject checks that p is a JSON object and appends it, without
-// insignificant whitespace, to the arena (which must have room for p, or 2
-// bytes when p is empty); it returns the appended slice, capacity-limited.
+// compactObject checks that p is an acceptable payload (see
+// internal/payload: a JSON object every store keeps byte for byte) and
+// appends it, without insignificant whitespace, to the arena (which must
+// have room for p, or 2 bytes when p is empty); it returns the appended
+// slice, capacity-limited.
 func compactObject(arena *[]byte, p json.RawMessage) (json.RawMessage, error) {
 	start := len(*arena)
-	switch {
-	case len(p) == 0:
+	if len(p) == 0 {
 		*arena = append(*arena, '{', '}')
-	case bytes.ContainsAny(p, " \t\r\n"):
-		buf := bytes.NewBuffer((*arena)[start:start])
-		if err := json.Compact(buf, p); err != nil {
-			return nil, Wrap(ErrInvalidArgument, err, "payload is not valid JSON")
+	} else {
+		out, err := payload.Compact(*arena, p)
+		if err != nil {
+			return nil, Wrap(ErrInvalidArgument, err, "payload")
 		}
-		// Compaction never grows p, so buf wrote in place; the append is a
-		// no-op copy then, and stays correct if it ever did not.
-		*arena = append((*arena)[:start], buf.Bytes()...)
-	default:
-		// Already compact (the common case): validate without a buffer.
-		if !json.Valid(p) {
-			return nil, Wrap(ErrInvalidArgument, json.Compact(new(bytes.Buffer), p), "payload is not valid JSON")
-		}
-		*arena = append(*arena, p...)
+		*arena = out
 	}
-	out := (*arena)[start:len(*arena):len(*arena)]
-	if out[0] != '{' {
-		return nil, Errorf(ErrInvalidArgument, "payload must be a JSON object, got %.20s", out)
-	}
-	return out, nil
+	return (*arena)[start:len(*arena):len(*arena)], nil
 }
 
 // Read returns events of one partition with Sequence > After, ascending.

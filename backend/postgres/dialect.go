@@ -18,7 +18,7 @@ type dialect struct {
 // tableRE finds the unqualified table names of the shared SQL, so that
 // Rebind can place them in the backend's schema: the shared layer writes
 // bare names and the schema is a property of this backend only.
-var tableRE = regexp.MustCompile(`(^|[^.\w"])(rheo_(?:streams|partitions|events|groups|group_parts|deliveries|schema))\b`)
+var tableRE = regexp.MustCompile(`(^|[^.\w"])(rheo_(?:streams|partitions|events|groups|group_parts|deliveries|schema|trimmed))\b`)
 
 func (dialect) Name() string { return "postgres" }
 
@@ -55,10 +55,13 @@ func (dialect) MetadataEq(b *sqlstore.Builder, col, key, val string) {
 	b.S(col + " @> jsonb_build_object(").Arg(key).S("::text, ").Arg(val).S("::text)")
 }
 
-// PayloadEq compiles to containment (served by the GIN index on payload)
-// plus an exact equality at the path: containment alone would let an array
-// that holds the value match it.
+// PayloadEq compiles to containment (served by the GIN index on the
+// payload's jsonb form) plus an exact equality at the path: containment
+// alone would let an array that holds the value match it. The payload
+// column holds the text as appended (byte-identical on every store); the
+// index and the filters work on its jsonb cast.
 func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) {
+	col = "(" + col + "::jsonb)"
 	val, _ := json.Marshal(v)
 	doc := json.RawMessage(val)
 	for i := len(path) - 1; i >= 0; i-- {
@@ -67,6 +70,15 @@ func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) 
 	}
 	b.S("(" + col + " @> ").Arg(string(doc)).S("::jsonb AND " + col + " #> ").Arg(path).
 		S("::text[] = ").Arg(string(val)).S("::jsonb)")
+}
+
+// Misconfigured names the fix for the server errors no retry can cure.
+func (dialect) Misconfigured(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return misconfiguredHints[pe.Code]
+	}
+	return ""
 }
 
 func (dialect) IsUniqueViolation(err error) bool {

@@ -3,8 +3,8 @@ package redis
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +34,11 @@ func (b *Backend) CreateStream(ctx context.Context, s rheo.StreamInfo) error {
 	}
 	if err != nil {
 		return b.writeErr(err, "create stream %q", s.Name)
+	}
+	if !s.Retention.IsZero() {
+		if err := b.SetRetention(ctx, s.Name, s.Retention); err != nil {
+			return err
+		}
 	}
 	// The registry lives in another hash slot, so it is written separately.
 	if err := b.c.HSet(ctx, b.registryKey(), s.Name, reg).Err(); err != nil {
@@ -67,6 +72,9 @@ func (b *Backend) Stream(ctx context.Context, stream string) (rheo.StreamState, 
 			st.HighWatermarks[i], _ = strconv.ParseInt(hw, 10, 64)
 		}
 	}
+	if err := b.retentionState(ctx, &st); err != nil {
+		return rheo.StreamState{}, err
+	}
 	return st, nil
 }
 
@@ -82,6 +90,23 @@ func (b *Backend) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
 		n, _ := strconv.Atoi(ns)
 		c, _ := strconv.ParseInt(cs, 10, 64)
 		out = append(out, rheo.StreamInfo{Name: name, Partitions: n, CreatedAt: fromMicros(c)})
+	}
+	// Retention policies live in each stream's meta hash (its own slot).
+	pipe := b.c.Pipeline()
+	cmds := make([]*goredis.SliceCmd, len(out))
+	for i, s := range out {
+		cmds[i] = pipe.HMGet(ctx, b.metaKey(b.streamBase(s.Name)), "max_age", "max_events", "interest")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, b.readErr(err, "list streams")
+	}
+	for i := range out {
+		v := cmds[i].Val()
+		if len(v) == 3 {
+			age, _ := strconv.ParseInt(toStr(v[0]), 10, 64)
+			maxEvents, _ := strconv.ParseInt(toStr(v[1]), 10, 64)
+			out[i].Retention = rheo.Retention{MaxAge: time.Duration(age), MaxEvents: maxEvents, Interest: toStr(v[2]) == "1"}
+		}
 	}
 	slices.SortFunc(out, func(a, b rheo.StreamInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -261,7 +286,8 @@ func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, erro
 // Fetch implements rheo.Backend with one script call: due deliveries
 // (expired leases, nacked and reopened ones) of each partition first, in
 // sequence order, then new entries through XREADGROUP; the limit is shared
-// across partitions starting from a random one.
+// across partitions starting from one that rotates between fetches (in this
+// process; fairness does not need agreement between processes).
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
 	base := b.streamBase(r.Stream)
 	k := len(r.Partitions)
@@ -270,7 +296,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	exp := max(r.Now.Add(r.LeaseDuration).UnixMicro(), now+1)
 	args := make([]any, 0, 6+k+r.Limit)
 	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
-	off := rand.IntN(k)
+	off := b.rotate(groupBase(base, r.Group), k)
 	for i := range k {
 		args = append(args, r.Partitions[(off+i)%k])
 	}
@@ -328,7 +354,7 @@ func leaseErr(code int64, l rheo.Lease) error {
 func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
 	base := b.streamBase(l.Stream)
 	v, err := b.run(ctx, renewScript, base, groupBase(base, l.Group), l.Group,
-		l.Event.Partition, l.Event.Sequence, l.ID, l.Receipt, expiresAt.UnixMicro())
+		l.Event.Partition, l.Event.Sequence, l.ID, l.Receipt, expiresAt.UnixMicro(), l.Event.ID)
 	if err != nil {
 		if nf := notFound(err, l.Stream, l.Group); nf != nil {
 			return nf
@@ -344,7 +370,7 @@ var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNac
 // Settle implements rheo.Backend: the whole batch is one script.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
 	base := b.streamBase(stream)
-	args := make([]any, 0, 4+7*len(reqs))
+	args := make([]any, 0, 4+8*len(reqs))
 	args = append(args, groupBase(base, group), group, micros(now), len(reqs))
 	for _, r := range reqs {
 		kind, ok := settleKinds[r.Kind]
@@ -352,7 +378,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
 		}
 		args = append(args, kind, r.Lease.Event.Partition, r.Lease.Event.Sequence, r.Lease.ID, r.Lease.Receipt,
-			r.AvailableAt.UnixMicro(), r.Reason)
+			r.AvailableAt.UnixMicro(), r.Reason, r.Lease.Event.ID)
 	}
 	v, err := b.run(ctx, settleScript, base, args...)
 	if err != nil {
@@ -416,7 +442,11 @@ func (b *Backend) GroupStats(ctx context.Context, stream, group string, _ time.T
 	in, _ := toInt(r[0])
 	av, _ := toInt(r[1])
 	dl, _ := toInt(r[2])
-	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl}, nil
+	sk, err := b.groupSkipped(ctx, stream, group)
+	if err != nil {
+		return rheo.GroupStats{}, b.readErr(err, "stats of group %q of stream %q", group, stream)
+	}
+	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl, Skipped: sk}, nil
 }
 
 // DeadLetters implements rheo.Backend.
@@ -532,4 +562,15 @@ func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start ma
 		return b.writeErr(err, "reset group %q of stream %q", group, stream)
 	}
 	return nil
+}
+
+// rotate returns the index of the partition a group's next fetch serves
+// first: the first fetch starts with the first requested partition, each
+// later one a partition further, like every backend.
+func (b *Backend) rotate(group string, k int) int {
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	n := b.rr[group]
+	b.rr[group] = n + 1
+	return n % k
 }

@@ -35,7 +35,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	require.NoError(t, b.Migrate(ctx))
 	v, err = b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, v)
+	require.Equal(t, 2, v)
 
 	c := rheo.New(b)
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
@@ -50,7 +50,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	defer b.Close()
 	v, err = b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, v)
+	require.Equal(t, 2, v)
 	evs, err := b.Read(ctx, "s", 0, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
@@ -74,4 +74,8 @@ func TestOpenDSN(t *testing.T) {
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 	_, err = rheo.Open(ctx, "sqlite:"+path+"?cache=shared")
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+}
+
+func TestDifferential(t *testing.T) {
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return open(t) }, rheotest.DifferentialOptions{})
 }

@@ -89,9 +89,12 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	schema := "rheo_cli_print_" + hex.EncodeToString(rnd[:])
-	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-	})
+	// A defer, not t.Cleanup: the connection closes when this function
+	// returns, before cleanups run, and the schema must not outlive the test.
+	defer func() {
+		_, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		require.NoError(t, err, "drop schema %s", schema)
+	}()
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
