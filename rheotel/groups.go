@@ -61,7 +61,7 @@ func (i *Instrumentation) WatchGroups(c *rheo.Client, groups ...Group) (stop fun
 			}
 		}
 		for _, g := range snap.Groups {
-			attrs := i.attrs.group(g.Stream, g.Group)
+			attrs := i.attrs.group(g.Stream, g.Group).o
 			for _, pl := range g.Lag.Partitions {
 				o.ObserveInt64(lag, pl.Lag, metric.WithAttributes(append(base(g.Stream, g.Group),
 					AttrPartition.String(itoa(pl.Partition)))...))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -78,24 +79,62 @@ func (m *instruments) init(meter metric.Meter) error {
 	return errors.Join(errs[:]...)
 }
 
-// attrCache keeps the measurement options of each attribute combination, so
-// that a measurement costs a map lookup rather than building and sorting an
-// attribute set.
-type attrCache struct{ m sync.Map }
-
-type attrKey struct {
-	kind                int // 0: group only; 1: operation; 2: outcome
-	op                  rheo.OperationKind
-	stream, group, a, b string
+// attrCache keeps the measurement options of each (stream, group), so that
+// a measurement costs a pointer comparison (the runtime of one consumer
+// always measures the same group) or a map lookup, rather than building and
+// sorting an attribute set.
+type attrCache struct {
+	last atomic.Pointer[groupAttrs]
+	mu   sync.RWMutex
+	m    map[[2]string]*groupAttrs
 }
 
-func (c *attrCache) load(k attrKey, build func() []attribute.KeyValue) metric.MeasurementOption {
-	if v, ok := c.m.Load(k); ok {
-		return v.(metric.MeasurementOption)
+// groupAttrs are the measurement options of one (stream, group) (group is
+// empty for appends).
+type groupAttrs struct {
+	stream, group string
+	processName   string  // the process span's name
+	base          measure // system, stream, group
+	// outcomes holds base plus one settle or renew outcome.
+	outcomes map[outcomeKey]measure
+	// ops holds base plus the operation (kind 0 is process) and no
+	// error.type; errOps those with one, made on first use.
+	ops    [rheo.OpReplay + 1]measure
+	mu     sync.Mutex
+	errOps map[opErr]measure
+}
+
+type outcomeKey struct {
+	key   attribute.Key
+	value string
+}
+
+type opErr struct {
+	op      rheo.OperationKind
+	errType string
+}
+
+func (c *attrCache) get(stream, group string) *groupAttrs {
+	if g := c.last.Load(); g != nil && g.stream == stream && g.group == group {
+		return g
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(build()...))
-	v, _ := c.m.LoadOrStore(k, o)
-	return v.(metric.MeasurementOption)
+	k := [2]string{stream, group}
+	c.mu.RLock()
+	g := c.m[k]
+	c.mu.RUnlock()
+	if g == nil {
+		c.mu.Lock()
+		if g = c.m[k]; g == nil {
+			g = newGroupAttrs(stream, group)
+			if c.m == nil {
+				c.m = map[[2]string]*groupAttrs{}
+			}
+			c.m[k] = g
+		}
+		c.mu.Unlock()
+	}
+	c.last.Store(g)
+	return g
 }
 
 func base(stream, group string) []attribute.KeyValue {
@@ -106,36 +145,77 @@ func base(stream, group string) []attribute.KeyValue {
 	return attrs
 }
 
+// measure is one attribute set ready for every kind of measurement; the
+// slices are made once so that a measurement allocates nothing.
+type measure struct {
+	o   metric.MeasurementOption
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func withAttrs(kvs ...attribute.KeyValue) measure {
+	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	return measure{o: o, add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+func newGroupAttrs(stream, group string) *groupAttrs {
+	g := &groupAttrs{stream: stream, group: group, processName: "process " + stream, base: withAttrs(base(stream, group)...),
+		outcomes: map[outcomeKey]measure{}, errOps: map[opErr]measure{}}
+	for _, o := range []string{OutcomeAcked, OutcomeNacked, OutcomeRejected, OutcomeStale, OutcomeAmbiguous, OutcomeFailed} {
+		g.outcomes[outcomeKey{AttrSettleOutcome, o}] = withAttrs(append(base(stream, group), AttrSettleOutcome.String(o))...)
+	}
+	for _, o := range []string{"renewed", OutcomeLost, OutcomeFailed} {
+		g.outcomes[outcomeKey{AttrRenewOutcome, o}] = withAttrs(append(base(stream, group), AttrRenewOutcome.String(o))...)
+	}
+	for k := range g.ops {
+		g.ops[k] = withAttrs(opAttrs(rheo.OperationKind(k), stream, group, "")...)
+	}
+	return g
+}
+
+// opAttrs: system, stream, group, operation name and type (op 0 is
+// process), error.type when set.
+func opAttrs(op rheo.OperationKind, stream, group, errType string) []attribute.KeyValue {
+	attrs := base(stream, group)
+	name, typ := "process", "process"
+	if op != 0 {
+		name, typ = op.String(), opType(op)
+	}
+	attrs = append(attrs, semconv.MessagingOperationName(name))
+	if typ != "" {
+		attrs = append(attrs, semconv.MessagingOperationTypeKey.String(typ))
+	}
+	if errType != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
+	}
+	return attrs
+}
+
 // group: system, stream, group.
-func (c *attrCache) group(stream, group string) metric.MeasurementOption {
-	return c.load(attrKey{stream: stream, group: group}, func() []attribute.KeyValue { return base(stream, group) })
+func (c *attrCache) group(stream, group string) measure {
+	return c.get(stream, group).base
 }
 
-// op: system, stream, group, operation name and type (op 0 is process),
-// error.type when set.
-func (c *attrCache) op(op rheo.OperationKind, stream, group, errType string) metric.MeasurementOption {
-	return c.load(attrKey{kind: 1, op: op, stream: stream, group: group, a: errType}, func() []attribute.KeyValue {
-		attrs := base(stream, group)
-		name, typ := "process", "process"
-		if op != 0 {
-			name, typ = op.String(), opType(op)
-		}
-		attrs = append(attrs, semconv.MessagingOperationName(name))
-		if typ != "" {
-			attrs = append(attrs, semconv.MessagingOperationTypeKey.String(typ))
-		}
-		if errType != "" {
-			attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
-		}
-		return attrs
-	})
+// op: the operation's attributes (op 0 is process), error.type when set.
+func (c *attrCache) op(op rheo.OperationKind, stream, group, errType string) measure {
+	g := c.get(stream, group)
+	if errType == "" {
+		return g.ops[op]
+	}
+	k := opErr{op, errType}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	o, ok := g.errOps[k]
+	if !ok {
+		o = withAttrs(opAttrs(op, stream, group, errType)...)
+		g.errOps[k] = o
+	}
+	return o
 }
 
-// outcome: system, stream, group, key=value.
-func (c *attrCache) outcome(key attribute.Key, stream, group, value string) metric.MeasurementOption {
-	return c.load(attrKey{kind: 2, stream: stream, group: group, a: string(key), b: value}, func() []attribute.KeyValue {
-		return append(base(stream, group), key.String(value))
-	})
+// outcome: system, stream, group, key=value (a settle or renew outcome).
+func (c *attrCache) outcome(key attribute.Key, stream, group, value string) measure {
+	return c.get(stream, group).outcomes[outcomeKey{key, value}]
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -213,14 +213,14 @@ func leaseAttrs(l rheo.Lease) []attribute.KeyValue {
 
 func (i *Instrumentation) endOperation(span trace.Span, op rheo.Operation, res rheo.OperationResult, d time.Duration) {
 	errType := errorType(res.Err)
-	i.m.opDuration.Record(context.Background(), d.Seconds(), i.attrs.op(op.Kind, op.Stream, op.Group, errType))
+	i.m.opDuration.Record(context.Background(), d.Seconds(), i.attrs.op(op.Kind, op.Stream, op.Group, errType).rec...)
 	switch op.Kind {
 	case rheo.OpAppend:
 		n := len(res.Events)
 		if res.Err != nil {
 			n = op.Count
 		}
-		i.m.sent.Add(context.Background(), int64(n), i.attrs.op(op.Kind, op.Stream, "", errType))
+		i.m.sent.Add(context.Background(), int64(n), i.attrs.op(op.Kind, op.Stream, "", errType).add...)
 		if span.IsRecording() && len(res.Events) == 1 {
 			e := res.Events[0]
 			span.SetAttributes(semconv.MessagingMessageID(e.ID),
@@ -228,25 +228,29 @@ func (i *Instrumentation) endOperation(span trace.Span, op rheo.Operation, res r
 		}
 	case rheo.OpFetch:
 		if len(res.Leases) > 0 {
-			i.m.consumed.Add(context.Background(), int64(len(res.Leases)), i.attrs.group(op.Stream, op.Group))
+			i.m.consumed.Add(context.Background(), int64(len(res.Leases)), i.attrs.group(op.Stream, op.Group).add...)
 		}
-		span.SetAttributes(semconv.MessagingBatchMessageCount(len(res.Leases)))
+		if span.IsRecording() {
+			span.SetAttributes(semconv.MessagingBatchMessageCount(len(res.Leases)))
+		}
 	case rheo.OpRenew:
 		outcome := "renewed"
 		switch rheo.Classify(res.Err) {
 		case rheo.Settled:
 		case rheo.Lost:
 			outcome = OutcomeLost
-			i.m.lost.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group))
+			i.m.lost.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
 		default:
 			outcome = OutcomeFailed
 		}
-		i.m.renewals.Add(context.Background(), 1, i.attrs.outcome(AttrRenewOutcome, op.Stream, op.Group, outcome))
-		span.SetAttributes(AttrRenewOutcome.String(outcome))
+		i.m.renewals.Add(context.Background(), 1, i.attrs.outcome(AttrRenewOutcome, op.Stream, op.Group, outcome).add...)
+		if span.IsRecording() {
+			span.SetAttributes(AttrRenewOutcome.String(outcome))
+		}
 	case rheo.OpAck, rheo.OpNack, rheo.OpReject, rheo.OpSettle:
 		i.countSettles(span, op, res)
 	}
-	if res.Err != nil {
+	if res.Err != nil && span.IsRecording() {
 		span.RecordError(res.Err)
 		span.SetStatus(codes.Error, res.Err.Error())
 		span.SetAttributes(semconv.ErrorTypeKey.String(errType))
@@ -266,16 +270,16 @@ func (i *Instrumentation) countSettles(span trace.Span, op rheo.Operation, res r
 			err = res.Err
 		}
 		outcome := settleOutcome(r.Kind, err)
-		i.m.settles.Add(context.Background(), 1, i.attrs.outcome(AttrSettleOutcome, op.Stream, op.Group, outcome))
+		i.m.settles.Add(context.Background(), 1, i.attrs.outcome(AttrSettleOutcome, op.Stream, op.Group, outcome).add...)
 		switch outcome {
 		case OutcomeAcked:
-			i.m.e2e.Record(context.Background(), now.Sub(r.Lease.Event.Timestamp).Seconds(), i.attrs.group(op.Stream, op.Group))
+			i.m.e2e.Record(context.Background(), now.Sub(r.Lease.Event.Timestamp).Seconds(), i.attrs.group(op.Stream, op.Group).rec...)
 		case OutcomeRejected:
-			i.m.deadLettered.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group))
+			i.m.deadLettered.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
 		case OutcomeStale:
-			i.m.lost.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group))
+			i.m.lost.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
 		}
-		if len(res.Settles) == 1 {
+		if len(res.Settles) == 1 && span.IsRecording() {
 			span.SetAttributes(AttrSettleOutcome.String(outcome))
 		}
 	}
@@ -320,18 +324,22 @@ func (i *Instrumentation) Extract(ctx context.Context, e rheo.Event) context.Con
 // StartProcess starts the consumer span of one handler call. It implements
 // rheo.Instrumentation.
 func (i *Instrumentation) StartProcess(ctx context.Context, l rheo.Lease) (context.Context, rheo.Process) {
-	producer := trace.SpanContextFromContext(i.Extract(context.Background(), l.Event))
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
-	parent := ctx
-	if producer.IsValid() {
+	ga := i.attrs.get(l.Stream, l.Group)
+	// Extracting into ctx gives the parent context directly; the producer
+	// is whatever remote span the event carried.
+	parent := i.Extract(ctx, l.Event)
+	producer := trace.SpanContextFromContext(parent)
+	opts := make([]trace.SpanStartOption, 1, 3)
+	opts[0] = trace.WithSpanKind(trace.SpanKindConsumer)
+	if producer.IsValid() && producer.IsRemote() && !producer.Equal(trace.SpanContextFromContext(ctx)) {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
 		if i.linkOnly {
 			opts = append(opts, trace.WithNewRoot())
-		} else {
-			parent = trace.ContextWithRemoteSpanContext(ctx, producer)
 		}
+	} else {
+		parent = ctx
 	}
-	ctx, span := i.tracer.Start(parent, "process "+l.Stream, opts...)
+	ctx, span := i.tracer.Start(parent, ga.processName, opts...)
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 11)
 		attrs = append(attrs, systemAttr,
@@ -343,19 +351,19 @@ func (i *Instrumentation) StartProcess(ctx context.Context, l rheo.Lease) (conte
 		attrs = append(attrs, leaseAttrs(l)...)
 		span.SetAttributes(attrs...)
 	}
-	i.m.inflight.Add(context.Background(), 1, i.attrs.group(l.Stream, l.Group))
-	return ctx, &process{i: i, span: span, stream: l.Stream, group: l.Group}
+	i.m.inflight.Add(context.Background(), 1, ga.base.add...)
+	return ctx, &process{i: i, span: span, ga: ga}
 }
 
 // process follows one handler call.
 type process struct {
-	i             *Instrumentation
-	span          trace.Span
-	stream, group string
+	i    *Instrumentation
+	span trace.Span
+	ga   *groupAttrs
 }
 
 func (p *process) Handled(err error, panicked bool, d time.Duration) {
-	p.i.m.inflight.Add(context.Background(), -1, p.i.attrs.group(p.stream, p.group))
+	p.i.m.inflight.Add(context.Background(), -1, p.ga.base.add...)
 	errType := ""
 	switch {
 	case err == nil:
@@ -364,8 +372,8 @@ func (p *process) Handled(err error, panicked bool, d time.Duration) {
 	default:
 		errType = handlerErrorType(err)
 	}
-	p.i.m.processDuration.Record(context.Background(), d.Seconds(), p.i.attrs.op(0, p.stream, p.group, errType))
-	if err == nil {
+	p.i.m.processDuration.Record(context.Background(), d.Seconds(), p.i.attrs.op(0, p.ga.stream, p.ga.group, errType).rec...)
+	if err == nil || !p.span.IsRecording() {
 		return
 	}
 	if panicked {
@@ -377,6 +385,10 @@ func (p *process) Handled(err error, panicked bool, d time.Duration) {
 }
 
 func (p *process) End(e rheo.ProcessEnd) {
+	if !p.span.IsRecording() {
+		p.span.End()
+		return
+	}
 	settle := "none"
 	switch e.Settle {
 	case rheo.SettleAck:
