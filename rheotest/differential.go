@@ -29,10 +29,6 @@ type DifferentialOptions struct {
 	// RHEO_DIFF_SEED sets the first seed (default 1), so that
 	// RHEO_DIFF_SEED=17 RHEO_DIFF_SEEDS=1 replays seed 17 alone.
 	Seeds, Steps int
-	// CanonicalPayloads compares payloads as canonical JSON (keys sorted)
-	// instead of byte for byte. It exists for stores that do not yet keep
-	// payload bytes; a conforming store leaves it false.
-	CanonicalPayloads bool
 	// Reference makes the backend every answer is compared with; default
 	// the memory backend.
 	Reference Factory
@@ -82,7 +78,7 @@ func RunDifferential(t *testing.T, f Factory, opts DifferentialOptions) {
 			// Seeds are independent: running them side by side keeps a
 			// store's round trips from adding up.
 			t.Parallel()
-			d := newDiff(t, seed, steps, f, ref, opts.CanonicalPayloads)
+			d := newDiff(t, seed, steps, f, ref)
 			d.run()
 		})
 	}
@@ -116,14 +112,13 @@ type diffGroup struct {
 
 // diff is one seeded run.
 type diff struct {
-	t         *testing.T
-	ctx       context.Context
-	seed      uint64
-	steps     int
-	step      int
-	rng       *rand.Rand
-	canonical bool
-	ref, sut  side
+	t        *testing.T
+	ctx      context.Context
+	seed     uint64
+	steps    int
+	step     int
+	rng      *rand.Rand
+	ref, sut side
 
 	stream     string
 	partitions int
@@ -140,16 +135,15 @@ type diff struct {
 
 const diffPoolSize = 48
 
-func newDiff(t *testing.T, seed uint64, steps int, f, ref Factory, canonical bool) *diff {
+func newDiff(t *testing.T, seed uint64, steps int, f, ref Factory) *diff {
 	mk := func(f Factory) side {
 		clk := clock.NewFrozen(Epoch)
 		return side{c: rheo.New(f(t), rheo.WithClock(clk)), clk: clk}
 	}
 	return &diff{
 		t: t, ctx: context.Background(), seed: seed, steps: steps,
-		rng:       rand.New(rand.NewPCG(seed, 0x5eed)),
-		canonical: canonical,
-		ref:       mk(ref), sut: mk(f),
+		rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+		ref: mk(ref), sut: mk(f),
 		refToSut: map[string]string{}, sutToRef: map[string]string{},
 	}
 }
@@ -769,16 +763,6 @@ func (d *diff) samePayload(what string, ref, sut json.RawMessage) {
 	d.t.Helper()
 	if bytes.Equal(ref, sut) {
 		return
-	}
-	if d.canonical {
-		var rv, sv any
-		if json.Unmarshal(ref, &rv) == nil && json.Unmarshal(sut, &sv) == nil {
-			rb, _ := json.Marshal(rv)
-			sb, _ := json.Marshal(sv)
-			if bytes.Equal(rb, sb) {
-				return
-			}
-		}
 	}
 	d.failf("%s: payload %s on the reference, %s on the store", what, ref, sut)
 }

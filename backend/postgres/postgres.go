@@ -269,9 +269,6 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// t qualifies a table name with the schema.
-func (b *Backend) t(name string) string { return b.q + name }
-
 // sqlf replaces every {S} in a statement with the quoted schema and a dot.
 func (b *Backend) sqlf(s string) string { return strings.ReplaceAll(s, "{S}", b.q) }
 

@@ -107,11 +107,6 @@ func refused(err error) bool {
 	return false
 }
 
-// isCtx reports a context error, which callers keep reachable.
-func isCtx(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
 // misconfigured classifies the errors no retry can cure: the server refused
 // the credentials or the user's permissions, or the DSN asked for TLS and
 // the server does not speak it. Nothing was written.

@@ -30,10 +30,10 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rheo.db")
 	b, err := sqlite.Open(ctx, path, sqlite.WithoutMigrate())
 	require.NoError(t, err)
-	v, err := b.SchemaVersion(ctx)
-	require.Error(t, err, "no version table before Migrate")
+	_, err = b.SchemaVersion(ctx)
+	require.ErrorIs(t, err, rheo.ErrMisconfigured, "no version table before Migrate: not migrated")
 	require.NoError(t, b.Migrate(ctx))
-	v, err = b.SchemaVersion(ctx)
+	v, err := b.SchemaVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, v)
 
