@@ -153,6 +153,10 @@ func (c *cluster) waitHealthy(want int) {
 			}
 			rc := goredis.NewClient(&goredis.Options{Addr: n.addr(), MaxRetries: -1})
 			info, err := rc.ClusterInfo(ctx).Result()
+			if repl, rerr := rc.Info(ctx, "replication").Result(); rerr != nil ||
+				strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+				ok = false // a replica still syncing
+			}
 			masters := 0
 			if err == nil {
 				if shards, err := rc.ClusterSlots(ctx).Result(); err == nil {
@@ -164,7 +168,7 @@ func (c *cluster) waitHealthy(want int) {
 				}
 			}
 			rc.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") || masters != want {
+			if !ok || err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") || masters != want {
 				ok = false
 				break
 			}

@@ -33,10 +33,17 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // WaitReplicas returns the replica count and timeout of WithWaitReplicas.
 func (b *Backend) WaitReplicas() (int, time.Duration) { return b.waitReplicas, b.waitTimeout }
 
+// writeScripts are the scripts that change state; the others only read
+// and never wait for replicas.
+var writeScripts = map[*goredis.Script]bool{
+	createStreamScript: true, appendScript: true, createGroupScript: true, fetchScript: true, settleScript: true,
+	renewScript: true, replayScript: true, redriveScript: true, resetScript: true,
+}
+
 // eval runs a script whose first key routes it; with WithWaitReplicas it
 // then waits for the replicas of the primary that ran it.
 func (b *Backend) eval(ctx context.Context, s *goredis.Script, keys []string, args ...any) (any, error) {
-	if b.waitReplicas == 0 {
+	if b.waitReplicas == 0 || !writeScripts[s] {
 		return s.Run(ctx, b.c, keys, args...).Result()
 	}
 	var v any
