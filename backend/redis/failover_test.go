@@ -228,4 +228,3 @@ func TestClusterKillFailover(t *testing.T) {
 		require.Zero(t, r.lostAcks, "%s", r)
 	})
 }
-
