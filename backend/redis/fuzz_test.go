@@ -115,3 +115,24 @@ func TestDecodeTruncatedEntry(t *testing.T) {
 		}
 	}
 }
+
+// The wait options come from the DSN, and bad values are refused.
+func TestDSNWaitReplicas(t *testing.T) {
+	_, opts, err := parseDSN("redis://h:1/0?wait_replicas=2&wait_timeout=250ms&key_prefix=x:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{}
+	for _, o := range opts {
+		o(b)
+	}
+	if n, d := b.WaitReplicas(); n != 2 || d != 250*time.Millisecond {
+		t.Fatalf("WaitReplicas() = %d, %s", n, d)
+	}
+	for _, dsn := range []string{"redis://h?wait_replicas=-1", "redis://h?wait_replicas=x", "redis://h?wait_replicas=1&wait_timeout=soon",
+		"redis://h?wait_timeout=1s"} {
+		if _, _, err := parseDSN(dsn); !errors.Is(err, rheo.ErrInvalidArgument) {
+			t.Fatalf("parseDSN(%q) = %v, want ErrInvalidArgument", dsn, err)
+		}
+	}
+}
