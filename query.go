@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Query searches a stream's log. It never changes any group's state.
@@ -168,9 +169,12 @@ func (c *Client) querySpec(ctx context.Context, q Query) (QuerySpec, error) {
 			return QuerySpec{}, err
 		}
 	}
-	for k := range q.Metadata {
+	for k, v := range q.Metadata {
 		if err := checkName("metadata key", k); err != nil {
 			return QuerySpec{}, err
+		}
+		if !utf8.ValidString(v) {
+			return QuerySpec{}, Errorf(ErrInvalidArgument, "metadata filter %q: value is not valid UTF-8", k)
 		}
 	}
 	if len(q.Payload) > 0 {
@@ -236,7 +240,12 @@ func checkPayloadPath(path string) error {
 // float64 (integral floats become int64, so 2 and 2.0 compare equal).
 func normValue(path string, v any) (any, error) {
 	switch x := v.(type) {
-	case nil, string, bool:
+	case string:
+		if !utf8.ValidString(x) {
+			return nil, Errorf(ErrInvalidArgument, "payload field %q: value is not valid UTF-8", path)
+		}
+		return x, nil
+	case nil, bool:
 		return x, nil
 	case int:
 		return int64(x), nil

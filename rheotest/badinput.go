@@ -285,6 +285,8 @@ func runBadInput(t *testing.T, f Factory) {
 		{name: "query_unknown_order_field", want: rheo.ErrInvalidArgument, do: query(rheo.Query{OrderBy: []rheo.Order{{Field: "price"}}})},
 		{name: "query_negative_after_sequence", want: rheo.ErrInvalidArgument, do: query(rheo.Query{AfterSequence: -1})},
 		{name: "query_negative_until_sequence", want: rheo.ErrInvalidArgument, do: query(rheo.Query{UntilSequence: -2})},
+		{name: "query_metadata_value_not_utf8", want: rheo.ErrInvalidArgument, do: query(rheo.Query{Metadata: map[string]string{"k": "\xc8"}})},
+		{name: "query_payload_value_not_utf8", want: rheo.ErrInvalidArgument, do: query(rheo.Query{Payload: map[string]any{"k": "a\xff"}})},
 		{name: "query_partition_out_of_range", want: rheo.ErrInvalidPartition, do: query(rheo.Query{Partitions: []int{5}})},
 		{name: "query_payload_path_empty_segment", want: rheo.ErrInvalidArgument, do: query(rheo.Query{Payload: map[string]any{"a..b": 1}})},
 		{name: "query_payload_path_with_quote", want: rheo.ErrInvalidArgument, do: query(rheo.Query{Payload: map[string]any{`a'b`: 1}})},

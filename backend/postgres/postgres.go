@@ -163,7 +163,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "postgres: DSN does not parse: %v", redact(err))
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "postgres: DSN does not parse: %v", redactPassword(redact(err), dsn))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -218,6 +218,28 @@ func redact(err error) string {
 		}
 	}
 	return s
+}
+
+// redactPassword removes the DSN's password from msg wherever it appears
+// (a parse error may quote the authority whole, and a user name holding '@'
+// defeats redact's cut).
+func redactPassword(msg, dsn string) string {
+	_, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return msg
+	}
+	if end := strings.IndexAny(rest, "/?"); end >= 0 {
+		rest = rest[:end]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return msg
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok || pw == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, pw, "xxxxx")
 }
 
 // Schema returns the schema holding the backend's tables.

@@ -18,7 +18,7 @@ import (
 // run calls a script on the stream whose key base is base; base is always
 // ARGV[1].
 func (b *Backend) run(ctx context.Context, s *goredis.Script, base string, args ...any) (any, error) {
-	return s.Run(ctx, b.c, []string{b.metaKey(base)}, append([]any{base}, args...)...).Result()
+	return b.eval(ctx, s, []string{b.metaKey(base)}, append([]any{base}, args...)...)
 }
 
 // CreateStream implements rheo.Backend.
@@ -41,7 +41,7 @@ func (b *Backend) CreateStream(ctx context.Context, s rheo.StreamInfo) error {
 		}
 	}
 	// The registry lives in another hash slot, so it is written separately.
-	if err := b.c.HSet(ctx, b.registryKey(), s.Name, reg).Err(); err != nil {
+	if err := b.hset(ctx, b.registryKey(), s.Name, reg); err != nil {
 		return b.writeErr(err, "create stream %q: registry", s.Name)
 	}
 	return nil
@@ -171,7 +171,7 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 		// cannot change what this argument refers to.
 		args = append(args, buf[start:len(buf):len(buf)])
 	}
-	v, err := appendScript.Run(ctx, b.c, []string{b.metaKey(base)}, args...).Result()
+	v, err := b.eval(ctx, appendScript, []string{b.metaKey(base)}, args...)
 	if err != nil {
 		if nf := notFound(err, stream, ""); nf != nil {
 			return nil, nf

@@ -91,6 +91,9 @@ type Backend struct {
 	prefix    string
 	scanLimit int
 
+	waitReplicas int
+	waitTimeout  time.Duration
+
 	hubMu sync.Mutex
 	hub   map[string]*wakeSub
 	done  bool
@@ -119,34 +122,12 @@ func New(client goredis.UniversalClient, opts ...Option) *Backend {
 
 // Open opens a backend from a DSN, "redis://[user:password@]host:port/db" or
 // "rediss://…" for TLS, with go-redis's URL options plus key_prefix (default
-// "rheo:") and query_scan_limit. The backend owns the client it creates.
+// "rheo:"), query_scan_limit, and wait_replicas with wait_timeout (default
+// 1s; see WithWaitReplicas). The backend owns the client it creates.
 func Open(_ context.Context, dsn string) (rheo.Backend, error) {
-	u, err := url.Parse(dsn)
+	o, opts, err := parseDSN(dsn)
 	if err != nil {
-		return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN does not parse")
-	}
-	var opts []Option
-	q := u.Query()
-	if v, ok := q["key_prefix"]; ok {
-		p := v[0]
-		if strings.ContainsAny(p, "{}") {
-			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: key_prefix %q must not contain '{' or '}'", p)
-		}
-		opts = append(opts, WithKeyPrefix(p))
-		q.Del("key_prefix")
-	}
-	if v, ok := q["query_scan_limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 0 {
-			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: query_scan_limit %q is not a non-negative integer", v[0])
-		}
-		opts = append(opts, WithQueryScanLimit(n))
-		q.Del("query_scan_limit")
-	}
-	u.RawQuery = q.Encode()
-	o, err := goredis.ParseURL(u.String())
-	if err != nil {
-		return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")
+		return nil, err
 	}
 	var lastTLS *atomic.Pointer[tlsError]
 	if o.TLSConfig != nil {
@@ -156,6 +137,56 @@ func Open(_ context.Context, dsn string) (rheo.Backend, error) {
 	b.lastTLS = lastTLS
 	b.owned = true
 	return b, nil
+}
+
+// parseDSN splits a DSN into go-redis's options and the backend's; it
+// connects to nothing, so it can be checked on any input.
+func parseDSN(dsn string) (*goredis.Options, []Option, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN does not parse")
+	}
+	var opts []Option
+	q := u.Query()
+	if v, ok := q["key_prefix"]; ok {
+		p := v[0]
+		if strings.ContainsAny(p, "{}") {
+			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: key_prefix %q must not contain '{' or '}'", p)
+		}
+		opts = append(opts, WithKeyPrefix(p))
+		q.Del("key_prefix")
+	}
+	if v, ok := q["query_scan_limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 0 {
+			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: query_scan_limit %q is not a non-negative integer", v[0])
+		}
+		opts = append(opts, WithQueryScanLimit(n))
+		q.Del("query_scan_limit")
+	}
+	if v, ok := q["wait_replicas"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 0 {
+			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_replicas %q is not a non-negative integer", v[0])
+		}
+		timeout := time.Second
+		if t, ok := q["wait_timeout"]; ok {
+			if timeout, err = time.ParseDuration(t[0]); err != nil || timeout < 0 {
+				return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_timeout %q is not a duration such as 500ms", t[0])
+			}
+		}
+		opts = append(opts, WithWaitReplicas(n, timeout))
+		q.Del("wait_replicas")
+		q.Del("wait_timeout")
+	} else if _, ok := q["wait_timeout"]; ok {
+		return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_timeout needs wait_replicas")
+	}
+	u.RawQuery = q.Encode()
+	o, err := goredis.ParseURL(u.String())
+	if err != nil {
+		return nil, nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")
+	}
+	return o, opts, nil
 }
 
 // Client returns the Redis client the backend uses.

@@ -177,7 +177,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 			k, v, _ := strings.Cut(e, "=")
 			q.Add(k, v)
 		}
-		return "file:" + path + "?" + q.Encode()
+		return "file:" + uriPath.Replace(path) + "?" + q.Encode()
 	}
 	w, err := sql.Open("sqlite", pragmas())
 	if err != nil {
@@ -219,6 +219,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// uriPath escapes the characters that SQLite's URI syntax would read as a
+// query, a fragment or an escape, so "file:PATH" names exactly the file PATH
+// (a '#' would otherwise cut the name and drop every pragma after it).
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
 // OpenDSN opens a "sqlite:PATH[?synchronous=normal|full&busy_timeout=DURATION]"
 // DSN. It is the OpenFunc registered for the "sqlite" scheme.

@@ -1,0 +1,82 @@
+package postgres
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rheo-go/rheo"
+)
+
+// FuzzSplitSchema checks the DSN's rheo_schema parameter is taken out,
+// whatever surrounds it: the rest of the DSN reaches PostgreSQL unchanged
+// and in order, the last rheo_schema wins, and none is left behind.
+func FuzzSplitSchema(f *testing.F) {
+	for _, s := range []string{"postgres://h/db", "postgres://h/db?rheo_schema=s1", "postgres://h/db?sslmode=disable&rheo_schema=a&x=1",
+		"postgres://h/db?rheo_schema=a&rheo_schema=b", "postgres://h/db?&&rheo_schema=", "host=h dbname=d", "?", "postgres://h?rheo_schema=a?b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, dsn string) {
+		out, schema, err := splitSchema(dsn)
+		if err != nil {
+			if !errors.Is(err, rheo.ErrInvalidArgument) {
+				t.Fatalf("splitSchema(%q): %v is not ErrInvalidArgument", dsn, err)
+			}
+			return
+		}
+		base, query, hasQuery := strings.Cut(dsn, "?")
+		if !strings.HasPrefix(out, base) {
+			t.Fatalf("splitSchema(%q) changed the DSN's base: %q", dsn, out)
+		}
+		var want []string
+		last := ""
+		if hasQuery {
+			for _, kv := range strings.Split(query, "&") {
+				if v, ok := strings.CutPrefix(kv, "rheo_schema="); ok {
+					last = v
+				} else if kv != "" {
+					want = append(want, kv)
+				}
+			}
+		}
+		if schema != last {
+			t.Fatalf("splitSchema(%q) schema %q, want %q", dsn, schema, last)
+		}
+		_, gotQuery, _ := strings.Cut(out, "?")
+		if got := strings.Join(want, "&"); gotQuery != got {
+			t.Fatalf("splitSchema(%q) kept %q, want %q", dsn, gotQuery, got)
+		}
+	})
+}
+
+// FuzzDSNRedaction checks that a DSN which does not parse never echoes its
+// password in the error Open returns.
+func FuzzDSNRedaction(f *testing.F) {
+	f.Add("u", "s3cret-pw", "h", "5432", "db", "sslmode=disable")
+	f.Add("u", "s3cret-pw", "h", "x", "db", "")
+	f.Add("u", "s3cret-pw", "h", "1", "db", "sslmode=nope")
+	f.Add("u", "s3cret-pw", "h:1", "2", "db", "connect_timeout=z")
+	f.Add("u@", "s3cret@pw", "h", "5432", "d", "")
+	f.Fuzz(func(t *testing.T, user, password, host, port, db, query string) {
+		if len(password) < 6 || strings.Contains(user+host+port+db+query, password) {
+			return // too short, or present elsewhere in the DSN, to tell a leak
+		}
+		dsn := "postgres://" + user + ":" + password + "@" + host + ":" + port + "/" + db
+		if query != "" {
+			dsn += "?" + query
+		}
+		dsn, _, err := splitSchema(dsn)
+		if err != nil {
+			return
+		}
+		_, err = pgxpool.ParseConfig(dsn)
+		if err == nil {
+			return
+		}
+		if msg := redactPassword(redact(err), dsn); strings.Contains(msg, password) {
+			t.Fatalf("DSN %q: error %q shows the password", dsn, msg)
+		}
+	})
+}
