@@ -91,6 +91,76 @@ type Backend interface {
 	// in the given partitions and restarts each after start[partition]
 	// (cursor and frontier both set to it).
 	ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error
+
+	// DeleteGroup removes a group and everything it holds: cursor,
+	// frontier, deliveries, leases and dead letters. Settles and renewals of
+	// its outstanding leases fail afterwards (ErrGroupNotFound, or
+	// ErrStaleLease once a group of the same name exists again). Events and
+	// other groups are untouched. ErrGroupNotFound if it does not exist.
+	DeleteGroup(ctx context.Context, stream, group string) error
+	// DeleteStream removes a stream: its events, partitions, retention
+	// policy and lease, and every group with all their state.
+	// ErrStreamNotFound if it does not exist.
+	DeleteStream(ctx context.Context, stream string) error
+	// SetRetention replaces the stream's retention policy (validated by the
+	// facade). The policy is returned in StreamInfo.Retention.
+	SetRetention(ctx context.Context, stream string, r Retention) error
+	// Trim removes events of one partition. See TrimRequest.
+	Trim(ctx context.Context, r TrimRequest) (TrimResult, error)
+	// LeaseRetention takes or renews the stream's retention lease for owner
+	// until the given time, and reports whether owner holds it. It succeeds
+	// when nobody holds it, when owner holds it, or when the holder's lease
+	// expired (until <= now). Calling it with until == now releases it.
+	LeaseRetention(ctx context.Context, stream, owner string, now, until time.Time) (bool, error)
+}
+
+// TrimRequest removes, atomically, the events of one partition with
+// TrimmedThrough < Sequence <= min(Through, TrimmedThrough+Limit).
+//
+// Unless Force, Through is first lowered to the lowest frontier, in the
+// partition, of the stream's groups, so that no event is removed that a group
+// has not finished (pending, leased, or not yet offered). The backend applies
+// this cap in the same transaction as the delete, so a concurrent Replay or
+// ResetGroup can never lose an event it reopened.
+//
+// With Force the cap is not applied. Every group whose cursor lies below the
+// new TrimmedThrough skips the removed range: its cursor is raised to it.
+//
+// In both modes every group's delivery records at or below the new
+// TrimmedThrough are deleted (acked records, dead letters, and with Force
+// pending and leased ones, whose leases become stale), and the number of
+// removed events the group had not acked (dead letters; with Force also
+// pending, leased and never offered ones) is added to its Skipped count (see
+// GroupStats), so that lag and dead letter counts stay honest.
+//
+// The partition's TrimmedThrough (StreamState.TrimmedThrough) becomes the
+// highest removed sequence; it never decreases. Sequences are never reused:
+// appends continue after the high watermark. The IDs of removed events are
+// forgotten, so an ID may be appended again. Starts below TrimmedThrough
+// (GroupSpec.Start, ResetGroup, ReplayRequest.FromSequence) are raised to it
+// by the backend.
+type TrimRequest struct {
+	Stream    string
+	Partition int
+	// Through is the highest sequence the caller wants removed.
+	Through int64
+	// Limit bounds the events removed by this call (1..MaxLimit), so a
+	// trim never holds the store long; callers loop.
+	Limit int
+	Force bool
+}
+
+// TrimResult is what one Trim call did.
+type TrimResult struct {
+	// Removed counts events removed by this call.
+	Removed int64
+	// TrimmedThrough is the partition's trimmed sequence after the call.
+	TrimmedThrough int64
+	// Skipped counts, summed over the stream's groups, removed events a
+	// group had not acked (see TrimRequest).
+	Skipped int64
+	// DeadLetters counts the dead letters removed with their events.
+	DeadLetters int64
 }
 
 // Notifier is implemented by backends that can wake waiters when work may
@@ -108,6 +178,10 @@ type StreamState struct {
 	StreamInfo
 	// HighWatermarks[p] is partition p's last sequence (0 when empty).
 	HighWatermarks []int64
+	// TrimmedThrough[p] is the highest sequence of partition p removed by
+	// Trim (0 when nothing was): the oldest retained event, if any, is
+	// TrimmedThrough[p]+1.
+	TrimmedThrough []int64
 }
 
 // QuerySpec is a Query validated by the facade: Stream is set, Limit is in
@@ -181,6 +255,9 @@ type SettleRequest struct {
 // GroupStats are the counts of GroupInfo that a backend computes.
 type GroupStats struct {
 	Inflight, Available, DeadLetters int64
+	// Skipped counts events trims removed that the group had not acked:
+	// dead letters, and with a forced trim pending or unoffered events.
+	Skipped int64
 }
 
 // ReplayRequest reopens deliveries of one group: they become available with

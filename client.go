@@ -41,6 +41,8 @@ type options struct {
 	logger        *slog.Logger
 	maxEventBytes int
 	observer      Observer
+	// retentionEvery > 0 runs retention in the background (WithRetention).
+	retentionEvery time.Duration
 }
 
 // WithClock sets the clock all lease arithmetic reads (default clock.System).
@@ -70,8 +72,12 @@ type Client struct {
 	closed   atomic.Bool
 
 	// streams caches partition counts: a stream's partition count never
-	// changes and streams are never deleted.
+	// changes (DeleteStream drops the entry in this client).
 	streams sync.Map // string -> int
+
+	// retentionOwner names this client in stream retention leases.
+	retentionOwner string
+	retention      *retentionRunner
 
 	runningMu sync.Mutex
 	running   map[[2]string]bool // (stream, group) consumers running in this client
@@ -110,6 +116,7 @@ func New(b Backend, opts ...Option) *Client {
 	}
 	c := &Client{b: b, opts: o, running: map[[2]string]bool{}}
 	c.notifier, _ = b.(Notifier)
+	c.startRetention()
 	return c
 }
 
@@ -160,6 +167,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.stopRetention()
 	return c.b.Close()
 }
 

@@ -22,9 +22,20 @@
 // idempotent on Event.ID). At most one current lease exists per (group,
 // event), and a stale lease can never settle (ErrStaleLease). Expired leases
 // become claimable again, so a crashed worker's events come back without human
-// action. Events are never changed or deleted by consumption. The frontier
+// action. Events are never changed or deleted by consumption (see
+// Retention). The frontier
 // never passes an unsettled sequence. All lease arithmetic reads the client's
 // clock (WithClock), so tests drive expiry with clock.Frozen instead of sleeping.
+//
+// # Retention
+//
+// Events are never deleted by consumption, only by retention: a stream's
+// Retention policy (MaxAge, MaxEvents per partition, Interest) applied by
+// Trim, EnforceRetention or a client made WithRetention. A trim never
+// removes an event a group has not finished unless forced, and then the
+// group skips the range and counts it (GroupInfo.Skipped). Reads, queries,
+// group starts and replays inside a trimmed range begin at the oldest
+// retained event. DeleteGroup and DeleteStream remove state for good.
 //
 // # Backends
 //

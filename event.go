@@ -15,6 +15,8 @@ import (
 type StreamConfig struct {
 	// Partitions is the number of partitions, 1 to 1024. Zero means 1.
 	Partitions int
+	// Retention bounds the stream's log; the zero value keeps everything.
+	Retention Retention
 }
 
 // StreamInfo describes a stream.
@@ -22,6 +24,8 @@ type StreamInfo struct {
 	Name       string
 	Partitions int
 	CreatedAt  time.Time
+	// Retention is the stream's retention policy (zero: keep everything).
+	Retention Retention
 }
 
 // Message is what a producer appends.
@@ -91,7 +95,10 @@ func (c *Client) CreateStream(ctx context.Context, stream string, cfg StreamConf
 	if n < 1 || n > MaxPartitions {
 		return Errorf(ErrInvalidArgument, "stream %q: partitions %d out of range 1..%d", stream, cfg.Partitions, MaxPartitions)
 	}
-	if err := c.b.CreateStream(ctx, StreamInfo{Name: stream, Partitions: n, CreatedAt: c.now()}); err != nil {
+	if err := cfg.Retention.check(stream); err != nil {
+		return err
+	}
+	if err := c.b.CreateStream(ctx, StreamInfo{Name: stream, Partitions: n, CreatedAt: c.now(), Retention: cfg.Retention}); err != nil {
 		return err
 	}
 	c.streams.Store(stream, n)

@@ -83,6 +83,13 @@ type GroupInfo struct {
 	// OldestPending is the timestamp of the oldest event not terminal for
 	// the group; zero when there is none.
 	OldestPending time.Time
+	// Skipped counts events trims removed before the group acked them
+	// (dead letters; with a forced trim, pending and unoffered events).
+	Skipped int64
+	// HoldsRetention is true when the group's frontier is below what the
+	// stream's MaxAge or MaxEvents rules would trim: it is holding the
+	// stream's retention back.
+	HoldsRetention bool
 }
 
 // DeadLetterOptions pages DeadLetters.
@@ -128,7 +135,7 @@ func (c *Client) CreateGroup(ctx context.Context, stream, group string, cfg Grou
 	}
 	for p := 0; p < st.Partitions; p++ {
 		if _, ok := start[p]; !ok {
-			start[p] = 0
+			start[p] = trimmedThrough(st, p)
 		}
 	}
 	return c.b.CreateGroup(ctx, GroupSpec{
@@ -152,7 +159,7 @@ func (c *Client) resolveStart(ctx context.Context, st StreamState, pos Position,
 		}
 	}
 	for _, p := range parts {
-		hw := st.HighWatermarks[p]
+		hw, floor := st.HighWatermarks[p], trimmedThrough(st, p)
 		var s int64
 		switch pos.kind {
 		case posBeginning:
@@ -182,7 +189,8 @@ func (c *Client) resolveStart(ctx context.Context, st StreamState, pos Position,
 				s = evs[0].Sequence - 1
 			}
 		}
-		start[p] = s
+		// Starts in a trimmed range begin at the oldest retained event.
+		start[p] = max(s, floor)
 	}
 	return start, nil
 }
@@ -210,7 +218,18 @@ func (c *Client) GroupInfo(ctx context.Context, stream, group string) (GroupInfo
 		return GroupInfo{}, err
 	}
 	info := GroupInfo{Stream: stream, Group: group, Lag: lag,
-		Inflight: st.Inflight, Available: st.Available, DeadLetters: st.DeadLetters}
+		Inflight: st.Inflight, Available: st.Available, DeadLetters: st.DeadLetters, Skipped: st.Skipped}
+	state, err := c.b.Stream(ctx, stream)
+	if err != nil {
+		return GroupInfo{}, err
+	}
+	fronts := make([]int64, state.Partitions)
+	for _, pl := range lag.Partitions {
+		fronts[pl.Partition] = pl.Frontier
+	}
+	if info.HoldsRetention, err = c.holdsRetention(ctx, state, fronts); err != nil {
+		return GroupInfo{}, err
+	}
 	for _, pl := range lag.Partitions {
 		if pl.Lag == 0 {
 			continue
@@ -285,4 +304,13 @@ func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts Rese
 		return err
 	}
 	return c.b.ResetGroup(ctx, stream, group, start)
+}
+
+// trimmedThrough returns partition p's trimmed sequence (0 when the backend
+// reported none).
+func trimmedThrough(st StreamState, p int) int64 {
+	if p < len(st.TrimmedThrough) {
+		return st.TrimmedThrough[p]
+	}
+	return 0
 }

@@ -77,9 +77,14 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 		if from.seq < 0 {
 			return Errorf(ErrInvalidArgument, "replay from sequence %d is negative", from.seq)
 		}
+		st, err := c.b.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
 		req.FromSequence = make(map[int]int64, len(parts))
 		for _, p := range parts {
-			req.FromSequence[p] = from.seq
+			// Below a trimmed point, replay starts at the oldest retained event.
+			req.FromSequence[p] = max(from.seq, trimmedThrough(st, p))
 		}
 		return c.b.Replay(ctx, req)
 	case replayFromTime:

@@ -67,13 +67,18 @@ type stream struct {
 	parts  []*plog
 	ids    map[string]uint64
 	groups map[string]*group
+
+	idDeletes  int64 // IDs deleted from ids since it was last rebuilt
+	leaseOwner string
+	leaseUntil time.Time
 }
 
 type group struct {
 	name        string
 	maxAttempts int
 	parts       []*gpart
-	rr          int // rotates the first partition served, for fairness
+	rr          int   // rotates the first partition served, for fairness
+	skipped     int64 // events trims removed before the group acked them
 }
 
 type status uint8
@@ -334,10 +339,12 @@ func (b *Backend) Stream(_ context.Context, name string) (rheo.StreamState, erro
 		return rheo.StreamState{}, err
 	}
 	hw := make([]int64, len(s.parts))
+	tt := make([]int64, len(s.parts))
 	for p, l := range s.parts {
 		hw[p] = l.len()
+		tt[p] = l.trimmed
 	}
-	return rheo.StreamState{StreamInfo: s.info, HighWatermarks: hw}, nil
+	return rheo.StreamState{StreamInfo: s.info, HighWatermarks: hw, TrimmedThrough: tt}, nil
 }
 
 // ListStreams implements rheo.Backend.
@@ -429,6 +436,7 @@ func (b *Backend) Read(_ context.Context, name string, partition int, after int6
 		return nil, err
 	}
 	l := s.parts[partition]
+	after = max(after, l.trimmed)
 	end := min(after+int64(limit), l.len())
 	out := make([]rheo.Event, 0, max(end-after, 0))
 	for seq := after + 1; seq <= end; seq++ {
@@ -467,7 +475,7 @@ func (b *Backend) CreateGroup(_ context.Context, spec rheo.GroupSpec) error {
 	}
 	g := &group{name: spec.Group, maxAttempts: spec.MaxAttempts, parts: make([]*gpart, len(s.parts))}
 	for p := range g.parts {
-		g.parts[p] = newGpart(spec.Start[p])
+		g.parts[p] = newGpart(max(spec.Start[p], s.parts[p].trimmed))
 	}
 	s.groups[spec.Group] = g
 	return nil

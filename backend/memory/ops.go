@@ -36,6 +36,7 @@ func (b *Backend) GroupStats(_ context.Context, stream, group string, _ time.Tim
 		st.Available += gp.nAvailable + max(s.parts[p].len()-gp.cursor, 0)
 		st.DeadLetters += int64(gp.dead.Len())
 	}
+	st.Skipped = g.skipped
 	return st, nil
 }
 
@@ -89,6 +90,7 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) error {
 	}
 	for p, from := range r.FromSequence {
 		gp := g.parts[p]
+		from = max(from, s.parts[p].trimmed)
 		for seq, d := range gp.dels {
 			if seq > from {
 				gp.unindex(d)
@@ -99,8 +101,8 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) error {
 	}
 	for _, ref := range r.Events {
 		gp := g.parts[ref.Partition]
-		if ref.Sequence > gp.cursor {
-			continue // not offered yet: it will be, fresh
+		if ref.Sequence > gp.cursor || ref.Sequence <= s.parts[ref.Partition].trimmed {
+			continue // not offered yet (it will be, fresh), or trimmed away
 		}
 		d := gp.dels[ref.Sequence]
 		if d == nil {
@@ -155,13 +157,13 @@ func (b *Backend) Redrive(_ context.Context, stream, group string, ids []string)
 // ResetGroup implements rheo.Backend.
 func (b *Backend) ResetGroup(_ context.Context, stream, group string, start map[int]int64) error {
 	b.mu.Lock()
-	_, g, err := b.group(stream, group)
+	s, g, err := b.group(stream, group)
 	if err != nil {
 		b.mu.Unlock()
 		return err
 	}
-	for p, s := range start {
-		g.parts[p] = newGpart(s)
+	for p, from := range start {
+		g.parts[p] = newGpart(max(from, s.parts[p].trimmed))
 	}
 	b.mu.Unlock()
 	b.notify(stream)

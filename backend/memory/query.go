@@ -35,8 +35,8 @@ func (b *Backend) Query(_ context.Context, q rheo.QuerySpec) ([]rheo.Event, erro
 	var out []rheo.Event
 	for _, p := range parts {
 		evs := s.parts[p]
-		lo := max(q.AfterSequence, q.After[p]) // exclusive
-		hi := evs.len()                        // inclusive
+		lo := max(q.AfterSequence, q.After[p], evs.trimmed) // exclusive
+		hi := evs.len()                                     // inclusive
 		if q.UntilSequence > 0 {
 			hi = min(hi, q.UntilSequence)
 		}

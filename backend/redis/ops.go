@@ -3,6 +3,7 @@ package redis
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -34,6 +35,11 @@ func (b *Backend) CreateStream(ctx context.Context, s rheo.StreamInfo) error {
 	}
 	if err != nil {
 		return b.writeErr(err, "create stream %q", s.Name)
+	}
+	if !s.Retention.IsZero() {
+		if err := b.SetRetention(ctx, s.Name, s.Retention); err != nil {
+			return err
+		}
 	}
 	// The registry lives in another hash slot, so it is written separately.
 	if err := b.c.HSet(ctx, b.registryKey(), s.Name, reg).Err(); err != nil {
@@ -67,6 +73,9 @@ func (b *Backend) Stream(ctx context.Context, stream string) (rheo.StreamState, 
 			st.HighWatermarks[i], _ = strconv.ParseInt(hw, 10, 64)
 		}
 	}
+	if err := b.retentionState(ctx, &st); err != nil {
+		return rheo.StreamState{}, err
+	}
 	return st, nil
 }
 
@@ -82,6 +91,23 @@ func (b *Backend) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
 		n, _ := strconv.Atoi(ns)
 		c, _ := strconv.ParseInt(cs, 10, 64)
 		out = append(out, rheo.StreamInfo{Name: name, Partitions: n, CreatedAt: fromMicros(c)})
+	}
+	// Retention policies live in each stream's meta hash (its own slot).
+	pipe := b.c.Pipeline()
+	cmds := make([]*goredis.SliceCmd, len(out))
+	for i, s := range out {
+		cmds[i] = pipe.HMGet(ctx, b.metaKey(b.streamBase(s.Name)), "max_age", "max_events", "interest")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, b.readErr(err, "list streams")
+	}
+	for i := range out {
+		v := cmds[i].Val()
+		if len(v) == 3 {
+			age, _ := strconv.ParseInt(toStr(v[0]), 10, 64)
+			maxEvents, _ := strconv.ParseInt(toStr(v[1]), 10, 64)
+			out[i].Retention = rheo.Retention{MaxAge: time.Duration(age), MaxEvents: maxEvents, Interest: toStr(v[2]) == "1"}
+		}
 	}
 	slices.SortFunc(out, func(a, b rheo.StreamInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -416,7 +442,11 @@ func (b *Backend) GroupStats(ctx context.Context, stream, group string, _ time.T
 	in, _ := toInt(r[0])
 	av, _ := toInt(r[1])
 	dl, _ := toInt(r[2])
-	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl}, nil
+	sk, err := b.groupSkipped(ctx, stream, group)
+	if err != nil {
+		return rheo.GroupStats{}, b.readErr(err, "stats of group %q of stream %q", group, stream)
+	}
+	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl, Skipped: sk}, nil
 }
 
 // DeadLetters implements rheo.Backend.

@@ -57,11 +57,11 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 func TestRunErrorsExitOneWithOneLine(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
+	c.ok("create-stream", "orders")
 	r := c.fails(exitError, `stream not found: stream "nosuch"`, "lag", "nosuch", "g")
 	require.Equal(t, 1, strings.Count(r.err, "\n"), "exactly one line: %q", r.err)
 	require.Empty(t, r.out)
 
-	c.ok("create-stream", "orders")
 	c.fails(exitError, "group not found", "info", "orders", "nosuch")
 	c.fails(exitError, "already exists", "create-stream", "orders")
 }
@@ -185,7 +185,7 @@ func TestAppendRejectsBadInputAndWritesNothing(t *testing.T) {
 	c.ok("create-stream", "orders")
 	c.fails(exitError, "payload must be a JSON object", "append", "orders", `[1,2]`)
 	c.failsStdin("{\"ok\":1}\nnot json\n", exitError, "stdin line 2 is not valid JSON", "append", "orders")
-	c.failsStdin("{\"ok\":1}\n[2]\n", exitError, "message 1", "append", "orders")
+	c.failsStdin("{\"ok\":1}\n[2]\n", exitError, "stdin line 2: invalid argument: payload must be a JSON object", "append", "orders")
 	c.fails(exitUsage, "no payload given", "append", "orders")
 	c.fails(exitError, "invalid partition", "append", "orders", `{}`, "--partition", "5")
 

@@ -159,8 +159,12 @@ func (d *demo) run(ctx context.Context) (err error) {
 	d.stream = demoStream
 	var tmp string
 	switch {
-	case d.a.dsnGiven():
-		d.dsn = d.a.storeDSN()
+	case d.a.dsn != "":
+		d.dsn = d.a.dsn
+	case d.a.getenv("RHEO_DSN") != "":
+		// The demo writes a stream and kills workers: never into a store
+		// someone named for other work, only into one named for it.
+		return fmt.Errorf("rheo demo does not write into the store RHEO_DSN names (%s); pass it as --dsn to use it on purpose, or unset RHEO_DSN for a throwaway store", redact(d.a.getenv("RHEO_DSN")))
 	default:
 		if tmp, err = os.MkdirTemp("", "rheo-demo-"); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -35,7 +36,14 @@ func (a *app) appendCommand() *cobra.Command {
 		Long: `Append events to a stream. The payload (a JSON object) is the argument, or
 else stdin is read with one JSON object per line (blank lines are skipped).
 --type, --key, --partition and --meta apply to every event. Stdin input is
-appended in atomic batches of up to 10,000 events.`,
+appended in atomic batches of up to 10,000 events.
+
+A stdin line may also be an envelope: an object with a "payload" member and
+no members other than "id", "type", "key", "partition", "metadata" and
+"payload". Its fields win over the flags for that event. Every line is
+validated (JSON, names, sizes, partitions, duplicate IDs) before anything is
+written, and an error names the line; re-running a file whose envelopes carry
+IDs appends nothing new.`,
 		Example: `  rheo append orders '{"order_id":"o-1","total":42}' --type order_placed --key cust-1
   rheo append orders --type order_placed --meta producer=shop < orders.jsonl`,
 		Args: cobra.RangeArgs(1, 2),
@@ -45,26 +53,35 @@ appended in atomic batches of up to 10,000 events.`,
 			if err != nil {
 				return err
 			}
-			var payloads []json.RawMessage
+			var lines []inputLine
 			if len(args) == 2 {
-				payloads = []json.RawMessage{json.RawMessage(args[1])}
-			} else if payloads, err = readLines(a.stdin); err != nil {
+				if args[1] == "" {
+					return usagef("append: the payload argument is empty (pass a JSON object such as '{}', or omit it to read stdin)")
+				}
+				lines = []inputLine{{n: 0, raw: json.RawMessage(args[1])}}
+			} else if lines, err = readLines(a.stdin); err != nil {
 				return err
 			}
-			if len(payloads) == 0 {
+			if len(lines) == 0 {
 				return usagef("append: no payload given (pass a JSON object, or one per line on stdin)")
 			}
-			if id != "" && len(payloads) > 1 {
-				return usagef("append: --id names one event but %d payloads were given", len(payloads))
+			if id != "" && len(lines) > 1 {
+				return usagef("append: --id names one event but %d payloads were given", len(lines))
 			}
-			msgs := make([]rheo.Message, len(payloads))
-			for i, p := range payloads {
-				msgs[i] = rheo.Message{ID: id, Type: typ, Key: key, Payload: p, Metadata: metadata}
+			msgs := make([]rheo.Message, len(lines))
+			for i, l := range lines {
+				msgs[i] = rheo.Message{ID: id, Type: typ, Key: key, Payload: l.raw, Metadata: metadata}
 				if cmd.Flags().Changed("partition") {
 					msgs[i].Partition = &part
 				}
+				if l.env != nil {
+					l.env.apply(&msgs[i])
+				}
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
+				if err := validateLines(ctx, c, stream, lines, msgs); err != nil {
+					return err
+				}
 				var all []rheo.Event
 				for chunk := range slices.Chunk(msgs, rheo.MaxLimit) {
 					evs, err := c.AppendBatch(ctx, stream, chunk)
@@ -104,11 +121,98 @@ appended in atomic batches of up to 10,000 events.`,
 	return cmd
 }
 
-// readLines reads one JSON payload per non-blank line.
-func readLines(r io.Reader) ([]json.RawMessage, error) {
+// inputLine is one event of append's input: its stdin line number (0 for
+// the argument), the raw JSON, and the envelope when the line is one.
+type inputLine struct {
+	n   int
+	raw json.RawMessage
+	env *envelope
+}
+
+// envelope is a stdin line that carries an event's fields with its payload.
+type envelope struct {
+	ID        *string           `json:"id"`
+	Type      *string           `json:"type"`
+	Key       *string           `json:"key"`
+	Partition *int              `json:"partition"`
+	Metadata  map[string]string `json:"metadata"`
+	Payload   json.RawMessage   `json:"payload"`
+}
+
+var envelopeKeys = map[string]bool{"id": true, "type": true, "key": true, "partition": true, "metadata": true, "payload": true}
+
+// parseEnvelope returns the envelope a line holds, or nil when the line is
+// a bare payload (not an object with "payload" and only envelope members).
+func parseEnvelope(b []byte) (*envelope, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		return nil, nil // not an object: the facade says what is wrong
+	}
+	if _, ok := members["payload"]; !ok {
+		return nil, nil
+	}
+	for k := range members {
+		if !envelopeKeys[k] {
+			return nil, nil
+		}
+	}
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	return &e, nil
+}
+
+// apply sets m's fields from the envelope's.
+func (e *envelope) apply(m *rheo.Message) {
+	m.Payload = e.Payload
+	if e.ID != nil {
+		m.ID = *e.ID
+	}
+	if e.Type != nil {
+		m.Type = *e.Type
+	}
+	if e.Key != nil {
+		m.Key = *e.Key
+	}
+	if e.Partition != nil {
+		m.Partition = e.Partition
+	}
+	if e.Metadata != nil {
+		m.Metadata = e.Metadata
+	}
+}
+
+// validateLines checks every message as the append would, before anything
+// is written, naming the failing line.
+func validateLines(ctx context.Context, c *rheo.Client, stream string, lines []inputLine, msgs []rheo.Message) error {
+	seen := map[string]int{}
+	for i, m := range msgs {
+		where := "the payload"
+		if lines[i].n > 0 {
+			where = fmt.Sprintf("stdin line %d", lines[i].n)
+		}
+		if m.ID != "" {
+			if first, dup := seen[m.ID]; dup {
+				return fmt.Errorf("%s: event ID %q already given on line %d; nothing was appended", where, m.ID, first)
+			}
+			seen[m.ID] = lines[i].n
+		}
+		if _, err := c.PrepareAppend(ctx, stream, msgs[i:i+1]); err != nil {
+			if i == 0 && (errors.Is(err, rheo.ErrStreamNotFound) || errors.Is(err, rheo.ErrBackendUnavailable)) {
+				return err
+			}
+			return fmt.Errorf("%s: %w; nothing was appended", where, err)
+		}
+	}
+	return nil
+}
+
+// readLines reads one JSON payload or envelope per non-blank line.
+func readLines(r io.Reader) ([]inputLine, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxInputLine)
-	var out []json.RawMessage
+	var out []inputLine
 	line := 0
 	for sc.Scan() {
 		line++
@@ -119,7 +223,12 @@ func readLines(r io.Reader) ([]json.RawMessage, error) {
 		if !json.Valid(b) {
 			return nil, fmt.Errorf("stdin line %d is not valid JSON: %.60s", line, b)
 		}
-		out = append(out, json.RawMessage(bytes.Clone(b)))
+		b = bytes.Clone(b)
+		env, err := parseEnvelope(b)
+		if err != nil {
+			return nil, fmt.Errorf("stdin line %d: %w", line, err)
+		}
+		out = append(out, inputLine{n: line, raw: json.RawMessage(b), env: env})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading stdin after line %d: %w", line, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -84,21 +85,38 @@ func (a *app) streamsCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				type streamJSON struct {
+					Name       string    `json:"name"`
+					Partitions int       `json:"partitions"`
+					CreatedAt  time.Time `json:"created_at"`
+					// Events counts the retained events; Trimmed those
+					// retention removed.
+					Events    int64  `json:"events"`
+					Trimmed   int64  `json:"trimmed"`
+					Retention string `json:"retention"`
+				}
+				out := make([]streamJSON, 0, len(streams))
+				for _, s := range streams {
+					st, err := c.Stream(ctx, s.Name)
+					if errors.Is(err, rheo.ErrStreamNotFound) {
+						continue // deleted meanwhile
+					}
+					if err != nil {
+						return err
+					}
+					j := streamJSON{Name: s.Name, Partitions: s.Partitions, CreatedAt: s.CreatedAt, Retention: st.Retention.String()}
+					for p, hw := range st.HighWatermarks {
+						j.Events += hw - st.TrimmedThrough[p]
+						j.Trimmed += st.TrimmedThrough[p]
+					}
+					out = append(out, j)
+				}
 				if a.jsonOut {
-					type streamJSON struct {
-						Name       string    `json:"name"`
-						Partitions int       `json:"partitions"`
-						CreatedAt  time.Time `json:"created_at"`
-					}
-					out := make([]streamJSON, len(streams))
-					for i, s := range streams {
-						out[i] = streamJSON{s.Name, s.Partitions, s.CreatedAt}
-					}
 					return writeJSON(a.stdout, out)
 				}
-				t := newTable(a.stdout, "STREAM", "PARTITIONS", "CREATED")
-				for _, s := range streams {
-					t.row(s.Name, s.Partitions, fmtTime(s.CreatedAt))
+				t := newTable(a.stdout, "STREAM", "PARTITIONS", "EVENTS", "TRIMMED", "RETENTION", "CREATED")
+				for _, s := range out {
+					t.row(s.Name, s.Partitions, s.Events, s.Trimmed, s.Retention, fmtTime(s.CreatedAt))
 				}
 				return t.flush()
 			})
@@ -142,24 +160,52 @@ func (a *app) groupsCommand() *cobra.Command {
 }
 
 func (a *app) createStreamCommand() *cobra.Command {
-	var partitions int
+	var (
+		partitions  int
+		rf          retentionFlags
+		ifNotExists bool
+	)
 	cmd := &cobra.Command{
-		Use:     "create-stream STREAM",
-		Short:   "Create a stream",
-		Example: "  rheo create-stream orders --partitions 4",
+		Use:   "create-stream STREAM",
+		Short: "Create a stream",
+		Long: `Create a stream with --partitions partitions and, optionally, a retention
+policy (--max-age, --max-events, --interest; see rheo trim). With
+--if-not-exists an existing stream with the same settings is success, and one
+with different settings an error.`,
+		Example: "  rheo create-stream orders --partitions 4\n  rheo create-stream audit --max-age 720h --if-not-exists",
 		Args:    cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if partitions < 1 {
+				return usagef("--partitions %d: want 1 to %d", partitions, rheo.MaxPartitions)
+			}
+			ret, err := rf.build(cmd)
+			if err != nil {
+				return err
+			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
-				if err := c.CreateStream(ctx, args[0], rheo.StreamConfig{Partitions: partitions}); err != nil {
+				err := c.CreateStream(ctx, args[0], rheo.StreamConfig{Partitions: partitions, Retention: ret})
+				if errors.Is(err, rheo.ErrAlreadyExists) && ifNotExists {
+					st, serr := c.Stream(ctx, args[0])
+					if serr != nil {
+						return serr
+					}
+					if st.Partitions != partitions || st.Retention != ret {
+						return fmt.Errorf("stream %q exists with %d partitions and retention %s, not %d and %s", args[0], st.Partitions, st.Retention, partitions, ret)
+					}
+					return a.writeResult(map[string]any{"stream": args[0], "partitions": partitions, "created": false},
+						"stream %s already exists (%d partitions)", args[0], partitions)
+				}
+				if err != nil {
 					return err
 				}
-				n := max(partitions, 1)
-				return a.writeResult(map[string]any{"stream": args[0], "partitions": n},
-					"created stream %s (%d partitions)", args[0], n)
+				return a.writeResult(map[string]any{"stream": args[0], "partitions": partitions, "created": true},
+					"created stream %s (%d partitions)", args[0], partitions)
 			})
 		}),
 	}
 	cmd.Flags().IntVar(&partitions, "partitions", 1, "number of partitions (1-1024)")
+	cmd.Flags().BoolVar(&ifNotExists, "if-not-exists", false, "succeed if the stream exists with the same settings")
+	rf.register(cmd)
 	return cmd
 }
 
@@ -168,6 +214,7 @@ func (a *app) createGroupCommand() *cobra.Command {
 		maxAttempts int
 		start       string
 		partitions  []int
+		ifNotExists bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create-group STREAM GROUP",
@@ -182,12 +229,22 @@ scope (default all partitions): beginning (default), latest, a sequence number
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("max-attempts") && maxAttempts < 1 {
+				return usagef("--max-attempts %d: want 1 or more (leave the flag out for the default, 5)", maxAttempts)
+			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				cfg := rheo.GroupConfig{MaxAttempts: maxAttempts, Start: pos, Partitions: partitions}
-				if err := c.CreateGroup(ctx, args[0], args[1], cfg); err != nil {
+				err := c.CreateGroup(ctx, args[0], args[1], cfg)
+				if errors.Is(err, rheo.ErrAlreadyExists) && ifNotExists {
+					// Only MaxAttempts is visible afterwards; the start
+					// position has been consumed by the group's progress.
+					return a.writeResult(map[string]any{"stream": args[0], "group": args[1], "created": false},
+						"group %s on stream %s already exists", args[1], args[0])
+				}
+				if err != nil {
 					return err
 				}
-				return a.writeResult(map[string]any{"stream": args[0], "group": args[1]},
+				return a.writeResult(map[string]any{"stream": args[0], "group": args[1], "created": true},
 					"created group %s on stream %s", args[1], args[0])
 			})
 		}),
@@ -196,6 +253,7 @@ scope (default all partitions): beginning (default), latest, a sequence number
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "claims before a delivery is dead-lettered (default 5)")
 	fs.StringVar(&start, "start", "beginning", "beginning, latest, a sequence number, or an RFC 3339 time")
 	fs.IntSliceVar(&partitions, "partition", nil, "partitions --start applies to (repeatable; default all)")
+	fs.BoolVar(&ifNotExists, "if-not-exists", false, "succeed if the group exists")
 	return cmd
 }
 
@@ -229,11 +287,15 @@ type groupInfoJSON struct {
 	Available     int64      `json:"available"`
 	DeadLetters   int64      `json:"dead_letters"`
 	OldestPending *time.Time `json:"oldest_pending"`
+	// Skipped and HoldsRetention: see rheo.GroupInfo.
+	Skipped        int64 `json:"skipped"`
+	HoldsRetention bool  `json:"holds_retention"`
 }
 
 func toGroupInfoJSON(i rheo.GroupInfo) groupInfoJSON {
 	out := groupInfoJSON{Stream: i.Stream, Group: i.Group, Lag: toLagJSON(i.Lag),
-		Inflight: i.Inflight, Available: i.Available, DeadLetters: i.DeadLetters}
+		Inflight: i.Inflight, Available: i.Available, DeadLetters: i.DeadLetters,
+		Skipped: i.Skipped, HoldsRetention: i.HoldsRetention}
 	if !i.OldestPending.IsZero() {
 		t := i.OldestPending
 		out.OldestPending = &t
@@ -279,7 +341,9 @@ func (a *app) infoCommand() *cobra.Command {
 		Short: "Summarise a group's health: lag, leases held, available, dead letters",
 		Long: `Summarise a group: total lag, inflight leases (including expired ones nobody
 reclaimed yet), deliveries available now or later, dead letters, and the
-timestamp of the oldest event not yet terminal for the group.`,
+timestamp of the oldest event not yet terminal for the group; skipped counts
+events trims removed before the group acked them, and a line says when the
+group holds the stream's retention back.`,
 		Example: "  rheo info orders fulfillment",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
@@ -299,6 +363,10 @@ timestamp of the oldest event not yet terminal for the group.`,
 				t.row("available", info.Available)
 				t.row("dead letters", info.DeadLetters)
 				t.row("oldest pending", fmtTime(info.OldestPending))
+				t.row("skipped", info.Skipped)
+				if info.HoldsRetention {
+					t.row("retention", "held back by this group (its frontier is below the stream's retention target)")
+				}
 				return t.flush()
 			})
 		}),
@@ -356,18 +424,38 @@ func (a *app) redriveCommand() *cobra.Command {
 		Use:   "redrive STREAM GROUP [EVENT_ID...]",
 		Short: "Make dead letters available again (all, or the named ones)",
 		Long: `Make the group's dead letters available again with attempts reset: the named
-ones, or all of them when none are named. IDs that are not dead letters are
-ignored; the count says how many were reopened.`,
+ones, or all of them when none are named. Named IDs that are not dead letters
+of the group are an error, and then nothing is redriven. It prints how many
+were reopened and the group's lag afterwards.`,
 		Example: "  rheo redrive orders fulfillment\n  rheo redrive orders fulfillment 0193a1b2-…",
 		Args:    cobra.MinimumNArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
-				n, err := c.Redrive(ctx, args[0], args[1], args[2:]...)
+				stream, group := args[0], args[1]
+				var unknown []string
+				for _, id := range args[2:] {
+					// Paging after an ID that is not one of the group's
+					// dead letters fails with ErrCursorNotFound.
+					_, err := c.DeadLetters(ctx, stream, group, rheo.DeadLetterOptions{After: id, Limit: 1})
+					if errors.Is(err, rheo.ErrCursorNotFound) {
+						unknown = append(unknown, id)
+					} else if err != nil {
+						return err
+					}
+				}
+				if len(unknown) > 0 {
+					return fmt.Errorf("not dead letters of group %q: %s; nothing was redriven", group, strings.Join(unknown, ", "))
+				}
+				n, err := c.Redrive(ctx, stream, group, args[2:]...)
 				if err != nil {
 					return err
 				}
-				return a.writeResult(map[string]any{"redriven": n},
-					"redrove %d dead letters of group %s", n, args[1])
+				lag, err := c.Lag(ctx, stream, group)
+				if err != nil {
+					return err
+				}
+				return a.writeResult(map[string]any{"redriven": n, "lag": toLagJSON(lag)},
+					"redrove %d dead letters of group %s; lag now %d", n, group, lag.Total)
 			})
 		}),
 	}

@@ -184,7 +184,30 @@ the lease move to another worker.`,
 		a.replayCommand(),
 		a.resetCommand(),
 		a.benchCommand(),
+		a.deleteGroupCommand(),
+		a.deleteStreamCommand(),
+		a.setRetentionCommand(),
+		a.trimCommand(),
+		a.getCommand(),
+		a.versionCommand(),
+		a.completionCommand(),
 	)
+	root.Version = version()
+	root.SetVersionTemplate("rheo {{.Version}}\n")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if f := cmd.Flags().Lookup("dsn"); f != nil && f.Changed && a.dsn == "" {
+			return usagef("--dsn is empty: give a store DSN (memory:, sqlite:PATH, postgres://…, redis://…) or leave the flag out")
+		}
+		return nil
+	}
+	for _, c := range root.Commands() {
+		if readOnlyCommands[c.Name()] {
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[annotationReadOnly] = "true"
+		}
+	}
 	return root
 }
 
@@ -216,6 +239,11 @@ func (a *app) client(ctx context.Context, opts ...rheo.Option) (*rheo.Client, er
 // talks to the store once goes through here.
 func (a *app) withClient(cmd *cobra.Command, f func(ctx context.Context, c *rheo.Client) error) error {
 	ctx := cmd.Context()
+	if cmd.Annotations[annotationReadOnly] != "" {
+		if err := a.requireExistingStore(); err != nil {
+			return err
+		}
+	}
 	c, err := a.client(ctx)
 	if err != nil {
 		return err

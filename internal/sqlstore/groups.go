@@ -65,8 +65,12 @@ func (s *Store) CreateGroup(ctx context.Context, spec rheo.GroupSpec) error {
 		if err != nil {
 			return err
 		}
+		_, trimmed, err := s.retentionInfo(ctx, t.execer, ref)
+		if err != nil {
+			return err
+		}
 		return insertPerPartition(ctx, t, "rheo_group_parts (grp_id, part, offered)", id, ref.parts,
-			func(p int) int64 { return spec.Start[p] })
+			func(p int) int64 { return max(spec.Start[p], trimmed[p]) })
 	})
 }
 
@@ -177,6 +181,9 @@ func (s *Store) GroupStats(ctx context.Context, stream, group string, _ time.Tim
 		return st, s.classify(err, "stats of group %q", group)
 	}
 	st.Available += unoffered
+	if st.Skipped, err = s.groupSkipped(ctx, x, g); err != nil {
+		return st, s.classify(err, "stats of group %q", group)
+	}
 	return st, nil
 }
 

@@ -31,7 +31,10 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 			if p < 0 || p >= ref.parts {
 				return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, r.Stream, ref.parts)
 			}
-			from := r.FromSequence[p]
+			from, err := s.clampStart(ctx, t.execer, ref, p, r.FromSequence[p])
+			if err != nil {
+				return err
+			}
 			var offered int64
 			if err := t.queryRow(ctx, "SELECT offered FROM rheo_group_parts WHERE grp_id = ? AND part = ?"+s.d.LockRows(), g.id, p).Scan(&offered); err != nil {
 				return err
@@ -135,7 +138,11 @@ func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[
 			if p < 0 || p >= ref.parts {
 				return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, ref.parts)
 			}
-			if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", start[p], g.id, p); err != nil {
+			from, err := s.clampStart(ctx, t.execer, ref, p, start[p])
+			if err != nil {
+				return err
+			}
+			if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", from, g.id, p); err != nil {
 				return err
 			}
 			if _, err := t.exec(ctx, "DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ?", g.id, p); err != nil {

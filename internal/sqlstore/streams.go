@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rheo-go/rheo"
 )
@@ -40,8 +41,10 @@ func (s *Store) stream(ctx context.Context, x execer, name string) (streamRef, e
 func (s *Store) CreateStream(ctx context.Context, info rheo.StreamInfo) error {
 	return s.write(ctx, "create stream "+quote(info.Name), func(t *writeTx) error {
 		var id int64
-		err := t.queryRow(ctx, "INSERT INTO rheo_streams (name, partitions, created_at) VALUES (?, ?, ?) "+
-			"ON CONFLICT (name) DO NOTHING RETURNING id", info.Name, info.Partitions, micros(info.CreatedAt)).Scan(&id)
+		r := info.Retention
+		err := t.queryRow(ctx, "INSERT INTO rheo_streams (name, partitions, created_at, max_age, max_events, interest) VALUES (?, ?, ?, ?, ?, ?) "+
+			"ON CONFLICT (name) DO NOTHING RETURNING id", info.Name, info.Partitions, micros(info.CreatedAt),
+			int64(r.MaxAge), r.MaxEvents, boolInt(r.Interest)).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return rheo.Errorf(rheo.ErrAlreadyExists, "stream %q", info.Name)
 		}
@@ -64,9 +67,14 @@ func (s *Store) Stream(ctx context.Context, stream string) (rheo.StreamState, er
 	if err != nil {
 		return rheo.StreamState{}, s.classify(err, "stream %q", stream)
 	}
+	ret, trimmed, err := s.retentionInfo(ctx, x, ref)
+	if err != nil {
+		return rheo.StreamState{}, s.classify(err, "stream %q", stream)
+	}
 	return rheo.StreamState{
-		StreamInfo:     rheo.StreamInfo{Name: stream, Partitions: ref.parts, CreatedAt: ref.created},
+		StreamInfo:     rheo.StreamInfo{Name: stream, Partitions: ref.parts, CreatedAt: ref.created, Retention: ret},
 		HighWatermarks: hw,
+		TrimmedThrough: trimmed,
 	}, nil
 }
 
@@ -92,7 +100,7 @@ func (s *Store) highWatermarks(ctx context.Context, x execer, ref streamRef) ([]
 
 // ListStreams implements rheo.Backend.
 func (s *Store) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
-	rows, err := s.reader().query(ctx, "SELECT name, partitions, created_at FROM rheo_streams")
+	rows, err := s.reader().query(ctx, "SELECT name, partitions, created_at, max_age, max_events, interest FROM rheo_streams WHERE partitions > 0")
 	if err != nil {
 		return nil, s.classify(err, "list streams")
 	}
@@ -100,11 +108,13 @@ func (s *Store) ListStreams(ctx context.Context) ([]rheo.StreamInfo, error) {
 	out := []rheo.StreamInfo{}
 	for rows.Next() {
 		var in rheo.StreamInfo
-		var created int64
-		if err := rows.Scan(&in.Name, &in.Partitions, &created); err != nil {
+		var created, age int64
+		var interest int
+		if err := rows.Scan(&in.Name, &in.Partitions, &created, &age, &in.Retention.MaxEvents, &interest); err != nil {
 			return nil, s.classify(err, "list streams")
 		}
 		in.CreatedAt = fromMicros(created)
+		in.Retention.MaxAge, in.Retention.Interest = time.Duration(age), interest != 0
 		out = append(out, in)
 	}
 	if err := rows.Err(); err != nil {

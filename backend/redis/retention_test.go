@@ -1,0 +1,72 @@
+package redis_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+// TestMaxEventsBoundsKeys appends continuously under MaxEvents and checks
+// that the partition streams, the ID index and their memory stay bounded:
+// trims XTRIM the streams and drop the trimmed IDs.
+func TestMaxEventsBoundsKeys(t *testing.T) {
+	ctx := context.Background()
+	b, rc := newBackend(t)
+	c := rheo.New(b)
+	const keep = 300
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 2, Retention: rheo.Retention{MaxEvents: keep}}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	base := b.KeyPrefix() + "{s}:"
+	payload := json.RawMessage(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)
+	batch := make([]rheo.Message, 200)
+	for i := range batch {
+		batch[i] = rheo.Message{Key: string(rune('a' + i%26)), Payload: payload}
+	}
+	memory := func() int64 {
+		var total int64
+		for _, k := range []string{base + "s:0", base + "s:1", base + "ids"} {
+			n, err := rc.MemoryUsage(ctx, k).Result()
+			require.NoError(t, err)
+			total += n
+		}
+		return total
+	}
+	round := func() {
+		_, err := c.AppendBatch(ctx, "s", batch)
+		require.NoError(t, err)
+		for {
+			ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 500})
+			require.NoError(t, err)
+			if len(ls) == 0 {
+				break
+			}
+			require.NoError(t, c.AckBatch(ctx, ls))
+		}
+		_, err = c.EnforceRetention(ctx)
+		require.NoError(t, err)
+		for p := range 2 {
+			n, err := rc.XLen(ctx, base+"s:"+string(rune('0'+p))).Result()
+			require.NoError(t, err)
+			require.LessOrEqual(t, n, int64(keep))
+		}
+		n, err := rc.HLen(ctx, base+"ids").Result()
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, int64(2*keep))
+	}
+	for range 5 {
+		round()
+	}
+	warm := memory()
+	for range 10 {
+		round()
+	}
+	end := memory()
+	t.Logf("MEMORY USAGE of the partition streams and ID index: %d bytes after 1k events, %d after 3k", warm, end)
+	// 2,000 more events of 1 KiB would add ~2 MB.
+	require.Less(t, end, warm*3/2, "memory follows the retained events, not the appended ones")
+}
