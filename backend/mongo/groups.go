@@ -57,13 +57,16 @@ type delivery struct {
 // pending, dead, or acked above the frontier, sorted by sequence. Version 0
 // is implicit: the group's start and no deliveries.
 type pstate struct {
-	ID     string     `bson:"_id"`
-	Stream string     `bson:"st"`
-	Group  string     `bson:"g"`
-	Tok    string     `bson:"tok"`
-	Gone   bool       `bson:"gone,omitempty"`
-	Cursor int64      `bson:"cur"`
-	Dels   []delivery `bson:"d"`
+	ID     string `bson:"_id"`
+	Stream string `bson:"st"`
+	Group  string `bson:"g"`
+	GTok   string `bson:"gt"`
+	Tok    string `bson:"tok"`
+	Gone   bool   `bson:"gone,omitempty"`
+	Cursor int64  `bson:"cur"`
+	// Skipped counts events trims removed that the group had not acked.
+	Skipped int64      `bson:"sk,omitempty"`
+	Dels    []delivery `bson:"d"`
 }
 
 func (s *pstate) find(seq int64) *delivery {
@@ -221,7 +224,7 @@ func (b *Backend) change(ctx context.Context, g *groupDoc, p int, fn func(st *ps
 		if err != nil || !write {
 			return err
 		}
-		st.ID, st.Stream, st.Group, st.Tok, st.Gone = versionID(base, v+1), g.Stream, g.Group, newToken(), false
+		st.ID, st.Stream, st.Group, st.GTok, st.Tok, st.Gone = versionID(base, v+1), g.Stream, g.Group, g.Tok, newToken(), false
 		if st.Dels == nil {
 			st.Dels = []delivery{}
 		}
@@ -542,6 +545,7 @@ func (b *Backend) GroupStats(ctx context.Context, stream, group string, _ time.T
 			}
 		}
 		out.Available += max(hw[p]-st.Cursor, 0)
+		out.Skipped += st.Skipped
 	}
 	return out, nil
 }

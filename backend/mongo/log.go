@@ -25,10 +25,14 @@ type streamDoc struct {
 	Tok        string `bson:"tok"`
 	Partitions int    `bson:"n"`
 	CreatedAt  int64  `bson:"ca"`
+	MaxAge     int64  `bson:"rage,omitempty"`
+	MaxEvents  int64  `bson:"rmax,omitempty"`
+	Interest   bool   `bson:"rint,omitempty"`
 }
 
 func (s *streamDoc) info() rheo.StreamInfo {
-	return rheo.StreamInfo{Name: s.Name, Partitions: s.Partitions, CreatedAt: fromNanos(s.CreatedAt)}
+	return rheo.StreamInfo{Name: s.Name, Partitions: s.Partitions, CreatedAt: fromNanos(s.CreatedAt),
+		Retention: rheo.Retention{MaxAge: time.Duration(s.MaxAge), MaxEvents: s.MaxEvents, Interest: s.Interest}}
 }
 
 func (s *streamDoc) batchBase() string { return key("b", s.Name, s.Tok) }
@@ -42,10 +46,11 @@ func (s *streamDoc) idPointer(id string) string { return key("i", s.Name, s.Tok,
 // It holds the events it appended and the high watermark of every partition
 // after it.
 type batchDoc struct {
-	ID     string  `bson:"_id"`
-	Stream string  `bson:"st"`
-	HW     []int64 `bson:"hw"`
-	Events []evDoc `bson:"ev"`
+	ID       string  `bson:"_id"`
+	Stream   string  `bson:"st"`
+	StreamTk string  `bson:"stok"`
+	HW       []int64 `bson:"hw"`
+	Events   []evDoc `bson:"ev"`
 }
 
 type evDoc struct {
@@ -61,9 +66,10 @@ type evDoc struct {
 
 // pointerDoc locates an event: which batch holds it.
 type pointerDoc struct {
-	ID     string `bson:"_id"`
-	Stream string `bson:"st"`
-	Batch  int64  `bson:"n"`
+	ID       string `bson:"_id"`
+	Stream   string `bson:"st"`
+	StreamTk string `bson:"stok"`
+	Batch    int64  `bson:"n"`
 }
 
 func toNanos(t time.Time) int64 {
@@ -112,7 +118,8 @@ func (b *Backend) stream(ctx context.Context, name string) (*streamDoc, error) {
 // CreateStream implements rheo.Backend: the insert of the stream's document
 // decides who created it.
 func (b *Backend) CreateStream(ctx context.Context, info rheo.StreamInfo) error {
-	doc := streamDoc{Name: info.Name, Tok: newToken(), Partitions: info.Partitions, CreatedAt: toNanos(info.CreatedAt)}
+	doc := streamDoc{Name: info.Name, Tok: newToken(), Partitions: info.Partitions, CreatedAt: toNanos(info.CreatedAt),
+		MaxAge: int64(info.Retention.MaxAge), MaxEvents: info.Retention.MaxEvents, Interest: info.Retention.Interest}
 	if _, err := b.streams.InsertOne(ctx, doc); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return rheo.Errorf(rheo.ErrAlreadyExists, "stream %q", info.Name)
@@ -132,7 +139,7 @@ func (b *Backend) Stream(ctx context.Context, name string) (rheo.StreamState, er
 	if err != nil {
 		return rheo.StreamState{}, err
 	}
-	return rheo.StreamState{StreamInfo: s.info(), HighWatermarks: hw}, nil
+	return rheo.StreamState{StreamInfo: s.info(), HighWatermarks: hw, TrimmedThrough: make([]int64, s.Partitions)}, nil
 }
 
 // ListStreams implements rheo.Backend. It reads the whole streams collection,
@@ -226,8 +233,8 @@ func (b *Backend) writePointers(ctx context.Context, s *streamDoc, k int64, d *b
 		docs := make([]any, 0, 2*len(d.Events))
 		for _, e := range d.Events {
 			docs = append(docs,
-				pointerDoc{ID: s.seqPointer(e.Partition, e.Sequence), Stream: s.Name, Batch: k},
-				pointerDoc{ID: s.idPointer(e.ID), Stream: s.Name, Batch: k})
+				pointerDoc{ID: s.seqPointer(e.Partition, e.Sequence), Stream: s.Name, StreamTk: s.Tok, Batch: k},
+				pointerDoc{ID: s.idPointer(e.ID), Stream: s.Name, StreamTk: s.Tok, Batch: k})
 		}
 		if len(docs) > 0 {
 			if _, err := b.pointers.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil && !allDuplicates(err) {
@@ -375,7 +382,7 @@ func (b *Backend) Append(ctx context.Context, name string, evs []rheo.Event) ([]
 			return nil, err
 		}
 		out := make([]rheo.Event, len(evs))
-		doc := batchDoc{ID: versionID(s.batchBase(), n+1), Stream: name, HW: hw}
+		doc := batchDoc{ID: versionID(s.batchBase(), n+1), Stream: name, StreamTk: s.Tok, HW: hw}
 		for i, e := range evs {
 			if stored[i] != nil {
 				out[i] = stored[i].event(name)
