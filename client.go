@@ -41,6 +41,7 @@ type options struct {
 	logger        *slog.Logger
 	maxEventBytes int
 	observer      Observer
+	ins           Instrumentation
 	// retentionEvery > 0 runs retention in the background (WithRetention).
 	retentionEvery time.Duration
 }

@@ -35,8 +35,16 @@ type ConsumerConfig struct {
 	// Concurrency is how many handlers run at once (default 1).
 	Concurrency int
 	// MaxInflight is how many leases the consumer holds at once, running or
-	// waiting for a handler (default Concurrency, at most 10,000). Holding
-	// more than Concurrency prefetches work; fewer caps the handlers too.
+	// waiting for a handler (at most 10,000). Holding more than Concurrency
+	// prefetches work; fewer caps the handlers too.
+	//
+	// By default (0) the consumer sizes this window itself: it starts at
+	// Concurrency and, from the observed handler, fetch and settle times,
+	// holds enough leases beyond Concurrency that the handlers never wait
+	// for a fetch or a settle (at most DefaultMaxInflight(Concurrency)).
+	// Fast handlers get a deep window and fetches of about a quarter of it;
+	// slow handlers get barely more than Concurrency, so the consumer never
+	// sits on work that other workers of the group could take.
 	MaxInflight int
 	// LeaseDuration is the lease the consumer asks for (default the client's
 	// WithLeaseDuration, 30s). Leases are renewed every half lease while
@@ -68,8 +76,20 @@ type Consumer struct {
 	cfg ConsumerConfig
 	log *slog.Logger
 
+	// adaptive: MaxInflight was left at 0, so it is the ceiling of a window
+	// the runtime sizes from what it observes.
+	adaptive bool
+
 	mu  sync.Mutex
 	cur *run // the current Run, nil when not running
+}
+
+// DefaultMaxInflight is the most leases a consumer with the given
+// Concurrency holds when its MaxInflight is left at 0: ten per handler, at
+// least 100, at most MaxLimit. The window only grows that far for handlers
+// that are fast next to a fetch and a settle.
+func DefaultMaxInflight(concurrency int) int {
+	return min(max(10*max(concurrency, 1), 100), MaxLimit)
 }
 
 // NewConsumer checks cfg and returns a Consumer; start it with Run. An
@@ -119,8 +139,9 @@ func (c *Client) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
-	if cfg.MaxInflight == 0 {
-		cfg.MaxInflight = cfg.Concurrency
+	adaptive := cfg.MaxInflight == 0
+	if adaptive {
+		cfg.MaxInflight = DefaultMaxInflight(cfg.Concurrency)
 	}
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration = c.opts.leaseDuration
@@ -136,9 +157,10 @@ func (c *Client) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	cfg.Partitions = append([]int(nil), cfg.Partitions...)
 	return &Consumer{
-		c:   c,
-		cfg: cfg,
-		log: c.Logger().With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.ConsumerID),
+		c:        c,
+		cfg:      cfg,
+		adaptive: adaptive,
+		log:      c.Logger().With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.ConsumerID),
 	}, nil
 }
 

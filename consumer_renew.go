@@ -3,6 +3,7 @@ package rheo
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -39,42 +40,63 @@ func (r *run) renewAll() {
 		}
 	}
 	r.mu.Unlock()
+	// Renewals are independent: up to renewPipeline go out at once, so a
+	// deep window of leases is renewed in a fraction of its round trips.
+	sem := make(chan struct{}, renewPipeline)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, j := range jobs {
 		select {
 		case <-r.stopNow:
 			return
-		default:
+		case sem <- struct{}{}:
 		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.renew(j)
+		})
+	}
+}
+
+// renewPipeline bounds the renewals one round has in flight at once.
+const renewPipeline = 16
+
+// renew renews one job's lease unless it settles or was lost meanwhile.
+func (r *run) renew(j *job) {
+	r.mu.Lock()
+	skip := j.dropped || j.state == jobSettling
+	lease, hctx := j.lease, j.hctx
+	r.mu.Unlock()
+	if skip {
+		return
+	}
+	base := r.bg
+	if r.ins != nil {
+		// The renewal's span belongs under the handler's process span,
+		// but must not die with the handler's context.
+		base = context.WithoutCancel(hctx)
+	}
+	ctx, cancel := context.WithTimeout(base, r.renewInterval())
+	renewed, err := r.c.Renew(ctx, lease, r.cfg.LeaseDuration)
+	cancel()
+	switch Classify(err) {
+	case Settled:
 		r.mu.Lock()
-		skip := j.dropped || j.state == jobSettling
-		lease := j.lease
+		if j.state != jobSettling {
+			j.lease.ExpiresAt = renewed.ExpiresAt
+		}
 		r.mu.Unlock()
-		if skip {
-			continue
+		r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: renewed})
+	case Lost:
+		r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
+		if r.lose(j, err) {
+			r.log.WarnContext(hctx, "lease lost; cancelling its handler", append(leaseAttrs(lease), "err", err)...)
+			r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: lease, Err: err})
 		}
-		ctx, cancel := context.WithTimeout(r.bg, r.renewInterval())
-		renewed, err := r.c.Renew(ctx, lease, r.cfg.LeaseDuration)
-		cancel()
-		switch Classify(err) {
-		case Settled:
-			r.mu.Lock()
-			if j.state != jobSettling {
-				j.lease.ExpiresAt = renewed.ExpiresAt
-			}
-			r.mu.Unlock()
-			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: renewed})
-		case Lost:
-			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
-			if r.lose(j, err) {
-				r.log.Warn("lease lost; cancelling its handler", "event_id", lease.Event.ID,
-					"partition", lease.Event.Partition, "sequence", lease.Event.Sequence, "lease", lease.ID, "err", err)
-				r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: lease, Err: err})
-			}
-		default:
-			// Keep the lease: the next round may succeed before it expires.
-			r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
-			r.log.Warn("lease renewal failed; will retry", "event_id", lease.Event.ID, "lease", lease.ID, "err", err)
-		}
+	default:
+		// Keep the lease: the next round may succeed before it expires.
+		r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: lease, Err: err})
+		r.log.WarnContext(hctx, "lease renewal failed; will retry", append(leaseAttrs(lease), "err", err)...)
 	}
 }
 

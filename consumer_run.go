@@ -39,8 +39,13 @@ type job struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// proc follows the handler call when the client is instrumented; set
+	// by the worker before the handler runs, read after it returns.
+	proc Process
+
 	// Guarded by run.mu.
-	lease   Lease // renewals move ExpiresAt
+	hctx    context.Context // the handler's context (ctx, plus what instrumentation adds); for logs
+	lease   Lease           // renewals move ExpiresAt
 	state   jobState
 	dropped bool // lost to someone else: never settled
 }
@@ -52,6 +57,8 @@ type run struct {
 	cfg ConsumerConfig
 	log *slog.Logger
 	obs Observer
+	ins Instrumentation
+	win *window // nil unless MaxInflight is sized by the runtime
 
 	// bg outlives the caller's cancellation (with its values) so that
 	// settles and renewals still go out while the consumer stops. Handler
@@ -76,11 +83,17 @@ type run struct {
 }
 
 func newRun(k *Consumer, ctx context.Context) *run {
+	var win *window
+	if k.adaptive {
+		win = newWindow(k.cfg.Concurrency, k.cfg.MaxInflight)
+	}
 	return &run{
+		win:       win,
 		c:         k.c,
 		cfg:       k.cfg,
 		log:       k.log,
 		obs:       k.c.opts.observer,
+		ins:       k.c.opts.ins,
 		bg:        context.WithoutCancel(ctx),
 		inflight:  make(map[*job]struct{}, k.cfg.MaxInflight),
 		drainReq:  make(chan struct{}),
@@ -169,8 +182,14 @@ func (r *run) fetchLoop(ctx context.Context) error {
 	opts := FetchOptions{ConsumerID: r.cfg.ConsumerID, LeaseDuration: r.cfg.LeaseDuration, Partitions: r.cfg.Partitions}
 	var backoff time.Duration
 	for ctx.Err() == nil && !r.draining() {
-		free := r.cfg.MaxInflight - r.count()
-		if free <= 0 {
+		size, minFetch := r.cfg.MaxInflight, 1
+		if r.win != nil {
+			size, minFetch = r.win.limits()
+		}
+		free := size - r.count()
+		// A small fetch while handlers still have queued work would only
+		// add a round trip: wait until enough slots are free.
+		if free <= 0 || (free < minFetch && len(r.queue) > 0) {
 			if !wait(0, nil, r.slotFreed) {
 				return nil
 			}
@@ -179,12 +198,17 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		opts.Limit = free
 		start := time.Now()
 		leases, err := r.c.Fetch(ctx, r.cfg.Stream, r.cfg.Group, opts)
-		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: time.Since(start), Err: err})
+		took := time.Since(start)
+		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: took, Err: err})
+		if r.win != nil && err == nil && len(leases) > 0 {
+			r.win.observeFetch(took)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrClosed) ||
+				errors.Is(err, ErrMisconfigured) {
 				r.log.Error("consumer cannot fetch; stopping", "err", err)
 				return err
 			}
@@ -213,7 +237,7 @@ func (r *run) dispatch(leases []Lease) {
 	r.mu.Lock()
 	for i, l := range leases {
 		ctx, cancel := context.WithCancelCause(context.WithValue(r.bg, leaseKey{}, l))
-		j := &job{id: l.ID, event: l.Event, ctx: ctx, cancel: cancel, lease: l}
+		j := &job{id: l.ID, event: l.Event, ctx: ctx, hctx: ctx, cancel: cancel, lease: l}
 		r.inflight[j] = struct{}{}
 		jobs[i] = j
 	}
@@ -304,28 +328,44 @@ func (r *run) work() {
 			// Never started: hand it back at once rather than sit on it.
 			r.settles <- settleReq{j: j, lease: lease, kind: SettleNack, reason: ErrConsumerStopped.Error()}
 		default:
-			r.handle(j)
+			r.handle(j, lease)
 		}
 	}
 }
 
-func (r *run) handle(j *job) {
+func (r *run) handle(j *job, lease Lease) {
+	hctx := j.ctx
+	if r.ins != nil {
+		hctx, j.proc = r.ins.StartProcess(j.ctx, lease)
+		r.mu.Lock()
+		j.hctx = hctx
+		r.mu.Unlock()
+	}
 	start := time.Now()
-	err, panicked := r.call(j)
+	err, panicked := r.call(j, hctx)
 	elapsed := time.Since(start)
+	if j.proc != nil {
+		j.proc.Handled(err, panicked, elapsed)
+	}
+	if r.win != nil {
+		r.win.observeHandler(elapsed)
+	}
 	stopped := err != nil && errors.Is(context.Cause(j.ctx), ErrConsumerStopped)
 	r.mu.Lock()
 	dropped := j.dropped
 	j.state = jobSettling
-	lease := j.lease
+	lease = j.lease
 	r.mu.Unlock()
 	r.observe(ConsumerEvent{Kind: ConsumerHandled, Lease: lease, Duration: elapsed, Err: err, Panicked: panicked})
 	if dropped {
 		// Renewal found the lease taken by someone else and released it.
+		if j.proc != nil {
+			j.proc.End(ProcessEnd{Err: context.Cause(j.ctx)})
+		}
 		return
 	}
 	if err != nil && !panicked {
-		r.log.Debug("handler failed", "event_id", lease.Event.ID, "attempt", lease.Attempt, "err", err)
+		r.log.DebugContext(hctx, "handler failed", append(leaseAttrs(lease), "err", err)...)
 	}
 	req := settleReq{j: j, lease: lease}
 	var retry *retryError
@@ -345,15 +385,24 @@ func (r *run) handle(j *job) {
 }
 
 // call runs the handler, turning a panic into an error.
-func (r *run) call(j *job) (err error, panicked bool) {
+func (r *run) call(j *job, ctx context.Context) (err error, panicked bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			err, panicked = fmt.Errorf("panic: %v", v), true
-			r.log.Error("handler panicked", "event_id", j.event.ID, "partition", j.event.Partition,
-				"sequence", j.event.Sequence, "panic", v, "stack", string(debug.Stack()))
+			r.mu.Lock()
+			lease := j.lease
+			r.mu.Unlock()
+			r.log.ErrorContext(ctx, "handler panicked", append(leaseAttrs(lease), "panic", v, "stack", string(debug.Stack()))...)
 		}
 	}()
-	return r.cfg.Handler(j.ctx, j.event), false
+	return r.cfg.Handler(ctx, j.event), false
+}
+
+// leaseAttrs are the log attributes that place a record on one delivery (the
+// consumer's logger already names stream, group and consumer).
+func leaseAttrs(l Lease) []any {
+	return []any{"event_id", l.Event.ID, "partition", l.Event.Partition, "sequence", l.Event.Sequence,
+		"attempt", l.Attempt, "lease", l.ID}
 }
 
 func (r *run) observe(ev ConsumerEvent) {

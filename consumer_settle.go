@@ -104,8 +104,20 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		// facade's checks (settleBatch) would only repeat themselves; the
 		// backend still fences and classifies each one.
 		ctx, cancel := context.WithTimeout(r.bg, r.settleTimeout())
+		var end func(OperationResult)
+		if r.ins != nil {
+			ctx, end = r.ins.StartOperation(ctx, Operation{Kind: OpSettle, Stream: r.cfg.Stream, Group: r.cfg.Group,
+				Count: len(reqs), ConsumerID: r.cfg.ConsumerID})
+		}
+		start := time.Now()
 		res, err := r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
 		cancel()
+		if r.win != nil && err == nil {
+			r.win.observeSettle(time.Since(start))
+		}
+		if end != nil {
+			end(OperationResult{Err: err, Settles: reqs, SettleErrs: res})
+		}
 		switch {
 		case err == nil && len(res) == len(errs):
 			copy(errs, res)
@@ -123,6 +135,12 @@ func (r *run) flush(batch []settleReq) []settleReq {
 	var next []settleReq
 	done := make([]*job, 0, len(batch))
 	defer func() { r.release(done...) }()
+	// end tells the job's Process how its lease ended.
+	end := func(b settleReq, err error) {
+		if b.j.proc != nil {
+			b.j.proc.End(ProcessEnd{Settle: b.kind, Reason: b.reason, Delay: b.delay, Err: err})
+		}
+	}
 	for i, b := range batch {
 		err := errs[i]
 		ev := ConsumerEvent{Lease: b.lease, Reason: b.reason, Err: err}
@@ -136,30 +154,36 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		}
 		r.observe(ev)
 		if err == nil {
+			end(b, nil)
 			done = append(done, b.j)
 			continue
 		}
-		log := r.log.With("event_id", b.lease.Event.ID, "partition", b.lease.Event.Partition,
-			"sequence", b.lease.Event.Sequence, "lease", b.lease.ID, "settle", ev.Kind.String(), "err", err)
+		r.mu.Lock()
+		hctx := b.j.hctx
+		r.mu.Unlock()
+		attrs := append(leaseAttrs(b.lease), "settle", ev.Kind.String(), "err", err)
 		switch Classify(err) {
 		case Lost:
 			// Someone else owns the delivery now; nacking would be fenced
 			// too and would only add noise.
-			log.Warn("lease lost before it settled")
+			r.log.WarnContext(hctx, "lease lost before it settled", attrs...)
 			r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: b.lease, Err: err})
+			end(b, err)
 			done = append(done, b.j)
 		case Failed:
 			if b.kind == SettleAck {
-				log.Warn("ack failed; nacking")
+				r.log.WarnContext(hctx, "ack failed; nacking", attrs...)
 				next = append(next, settleReq{j: b.j, lease: b.lease, kind: SettleNack, reason: "ack failed: " + err.Error()})
 				continue
 			}
-			log.Warn("settle failed; leaving the lease to expire")
+			r.log.WarnContext(hctx, "settle failed; leaving the lease to expire", attrs...)
+			end(b, err)
 			done = append(done, b.j)
 		default:
 			// Unavailable or ambiguous: the settle may be durable. Fencing
 			// keeps a late duplicate harmless; expiry redelivers otherwise.
-			log.Warn("settle outcome unknown; leaving the lease to expire")
+			r.log.WarnContext(hctx, "settle outcome unknown; leaving the lease to expire", attrs...)
+			end(b, err)
 			done = append(done, b.j)
 		}
 	}

@@ -22,10 +22,15 @@ var (
 	ErrNoEventsInRange    = errors.New("no events in range")
 	ErrUnsupported        = errors.New("unsupported")
 	ErrBackendUnavailable = errors.New("backend unavailable")
-	ErrAmbiguous          = errors.New("ambiguous outcome")
-	ErrAlreadyRunning     = errors.New("already running")
-	ErrAlreadyDraining    = errors.New("already draining")
-	ErrClosed             = errors.New("client closed")
+	// ErrMisconfigured: the store refuses this client's configuration (a
+	// wrong password or role, a missing database, a schema that was never
+	// migrated, TLS against a plain server). Retrying cannot help; the
+	// message says what to fix. The consumer runtime stops on it.
+	ErrMisconfigured   = errors.New("misconfigured")
+	ErrAmbiguous       = errors.New("ambiguous outcome")
+	ErrAlreadyRunning  = errors.New("already running")
+	ErrAlreadyDraining = errors.New("already draining")
+	ErrClosed          = errors.New("client closed")
 )
 
 // Errorf returns an error that wraps the sentinel kind with a message that
@@ -119,6 +124,10 @@ const (
 	Unknown
 	// Failed: a definite failure (or invalid input). Nack now.
 	Failed
+	// Fatal: the store refuses the client's configuration
+	// (ErrMisconfigured). Leave the lease to expire and stop: no retry can
+	// succeed until the configuration is fixed.
+	Fatal
 )
 
 func (s Settlement) String() string {
@@ -131,12 +140,15 @@ func (s Settlement) String() string {
 		return "unknown"
 	case Failed:
 		return "failed"
+	case Fatal:
+		return "fatal"
 	}
 	return fmt.Sprintf("Settlement(%d)", int(s))
 }
 
 // Classify maps an error onto the settlement policy: Lost for a stale lease or
-// a receipt mismatch, Unknown for an unavailable backend or an ambiguous
+// a receipt mismatch, Fatal for a misconfiguration, Unknown for an
+// unavailable backend or an ambiguous
 // outcome (including context deadlines and cancellations, whose outcome is not
 // known), Failed for anything else, and Settled for nil.
 func Classify(err error) Settlement {
@@ -145,6 +157,8 @@ func Classify(err error) Settlement {
 		return Settled
 	case errors.Is(err, ErrStaleLease), errors.Is(err, ErrReceiptMismatch):
 		return Lost
+	case errors.Is(err, ErrMisconfigured):
+		return Fatal
 	case errors.Is(err, ErrBackendUnavailable), errors.Is(err, ErrAmbiguous),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return Unknown

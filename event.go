@@ -1,14 +1,15 @@
 package rheo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/rheo-go/rheo/internal/id"
 	"github.com/rheo-go/rheo/internal/partition"
+	"github.com/rheo-go/rheo/internal/payload"
 )
 
 // StreamConfig configures a new stream.
@@ -125,8 +126,13 @@ func (c *Client) Append(ctx context.Context, stream string, m Message) (Event, e
 // AppendBatch appends events atomically: all or nothing. Returned events keep
 // input order. A message whose ID the stream already holds writes nothing and
 // returns the stored event (idempotent producers).
-func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) ([]Event, error) {
-	evs, err := c.PrepareAppend(ctx, stream, ms)
+func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) (evs []Event, err error) {
+	if c.opts.ins != nil {
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: OpAppend, Stream: stream, Count: len(ms)})
+		defer func() { end(OperationResult{Events: evs, Err: err}) }()
+	}
+	evs, err = c.PrepareAppend(ctx, stream, ms)
 	if err != nil || len(evs) == 0 {
 		return evs, err
 	}
@@ -166,8 +172,13 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 	}
 	arena := make([]byte, 0, size)
 	var seen map[string]int // caller-chosen IDs; generated ones never collide
+	carrier := c.traceCarrier(ctx)
 	for i := range ms {
-		e, err := c.prepare(stream, n, &ms[i], now, &arena)
+		m := &ms[i]
+		if carrier != nil {
+			m = injectTrace(m, carrier)
+		}
+		e, err := c.prepare(stream, n, m, now, &arena)
 		if err != nil {
 			if len(ms) > 1 {
 				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
@@ -221,6 +232,9 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena 
 		if !utf8.ValidString(v) {
 			return e, Errorf(ErrInvalidArgument, "metadata %q value is not valid UTF-8", k)
 		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return e, Errorf(ErrInvalidArgument, "metadata %q value contains a NUL byte", k)
+		}
 		size += len(k) + len(v)
 	}
 	payload, err := compactObject(arena, m.Payload)
@@ -240,34 +254,23 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena 
 	return e, nil
 }
 
-// compactObject checks that p is a JSON object and appends it, without
-// insignificant whitespace, to the arena (which must have room for p, or 2
-// bytes when p is empty); it returns the appended slice, capacity-limited.
+// compactObject checks that p is an acceptable payload (see
+// internal/payload: a JSON object every store keeps byte for byte) and
+// appends it, without insignificant whitespace, to the arena (which must
+// have room for p, or 2 bytes when p is empty); it returns the appended
+// slice, capacity-limited.
 func compactObject(arena *[]byte, p json.RawMessage) (json.RawMessage, error) {
 	start := len(*arena)
-	switch {
-	case len(p) == 0:
+	if len(p) == 0 {
 		*arena = append(*arena, '{', '}')
-	case bytes.ContainsAny(p, " \t\r\n"):
-		buf := bytes.NewBuffer((*arena)[start:start])
-		if err := json.Compact(buf, p); err != nil {
-			return nil, Wrap(ErrInvalidArgument, err, "payload is not valid JSON")
+	} else {
+		out, err := payload.Compact(*arena, p)
+		if err != nil {
+			return nil, Wrap(ErrInvalidArgument, err, "payload")
 		}
-		// Compaction never grows p, so buf wrote in place; the append is a
-		// no-op copy then, and stays correct if it ever did not.
-		*arena = append((*arena)[:start], buf.Bytes()...)
-	default:
-		// Already compact (the common case): validate without a buffer.
-		if !json.Valid(p) {
-			return nil, Wrap(ErrInvalidArgument, json.Compact(new(bytes.Buffer), p), "payload is not valid JSON")
-		}
-		*arena = append(*arena, p...)
+		*arena = out
 	}
-	out := (*arena)[start:len(*arena):len(*arena)]
-	if out[0] != '{' {
-		return nil, Errorf(ErrInvalidArgument, "payload must be a JSON object, got %.20s", out)
-	}
-	return out, nil
+	return (*arena)[start:len(*arena):len(*arena)], nil
 }
 
 // Read returns events of one partition with Sequence > After, ascending.

@@ -56,9 +56,15 @@ func Delay(d time.Duration) NackOption {
 // Fetch claims up to Limit deliveries of the group and returns their leases,
 // sorted by (partition, sequence). With Wait it blocks until something is
 // claimable or Wait passes (returning no leases and no error).
-func (c *Client) Fetch(ctx context.Context, stream, group string, opts FetchOptions) ([]Lease, error) {
+func (c *Client) Fetch(ctx context.Context, stream, group string, opts FetchOptions) (ls []Lease, err error) {
 	if err := c.check(); err != nil {
 		return nil, err
+	}
+	if c.opts.ins != nil {
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: OpFetch, Stream: stream, Group: group,
+			Count: opts.Limit, ConsumerID: opts.ConsumerID})
+		defer func() { end(OperationResult{Leases: ls, Err: err}) }()
 	}
 	if err := checkStreamGroup(stream, group); err != nil {
 		return nil, err
@@ -177,9 +183,14 @@ func (c *Client) checkLease(ctx context.Context, l Lease) error {
 
 // Renew extends the lease to now+d (d 0 means the default lease duration)
 // and returns it with the new ExpiresAt. Only the current lease renews.
-func (c *Client) Renew(ctx context.Context, l Lease, d time.Duration) (Lease, error) {
+func (c *Client) Renew(ctx context.Context, l Lease, d time.Duration) (_ Lease, err error) {
 	if err := c.check(); err != nil {
 		return l, err
+	}
+	if c.opts.ins != nil {
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: OpRenew, Stream: l.Stream, Group: l.Group, Count: 1, Lease: l})
+		defer func() { end(OperationResult{Err: err}) }()
 	}
 	if d < 0 {
 		return l, Errorf(ErrInvalidArgument, "renew duration %v is negative", d)
@@ -222,9 +233,21 @@ func (c *Client) Reject(ctx context.Context, l Lease, reason string) error {
 	return c.settleOne(ctx, SettleRequest{Kind: SettleReject, Lease: l, Reason: reason})
 }
 
-func (c *Client) settleOne(ctx context.Context, r SettleRequest) error {
+func (c *Client) settleOne(ctx context.Context, r SettleRequest) (err error) {
 	if err := c.check(); err != nil {
 		return err
+	}
+	if c.opts.ins != nil {
+		kind := OpAck
+		switch r.Kind {
+		case SettleNack:
+			kind = OpNack
+		case SettleReject:
+			kind = OpReject
+		}
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: kind, Stream: r.Lease.Stream, Group: r.Lease.Group, Count: 1, Lease: r.Lease})
+		defer func() { end(OperationResult{Err: err, Settles: []SettleRequest{r}, SettleErrs: []error{err}}) }()
 	}
 	if err := c.checkLease(ctx, r.Lease); err != nil {
 		return err
@@ -239,13 +262,24 @@ func (c *Client) settleOne(ctx context.Context, r SettleRequest) error {
 // AckBatch acks many leases, in as few backend calls as their (stream,
 // group) pairs allow. When any lease is not acked it returns a *BatchError
 // holding one error per lease, in order.
-func (c *Client) AckBatch(ctx context.Context, ls []Lease) error {
+func (c *Client) AckBatch(ctx context.Context, ls []Lease) (err error) {
 	if err := c.check(); err != nil {
 		return err
 	}
 	reqs := make([]SettleRequest, len(ls))
 	for i, l := range ls {
 		reqs[i] = SettleRequest{Kind: SettleAck, Lease: l}
+	}
+	if c.opts.ins != nil && len(ls) > 0 {
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: OpAck, Stream: ls[0].Stream, Group: ls[0].Group, Count: len(ls)})
+		defer func() {
+			res := OperationResult{Err: err, Settles: reqs, SettleErrs: make([]error, len(reqs))}
+			if be, ok := err.(*BatchError); ok {
+				copy(res.SettleErrs, be.Errs)
+			}
+			end(res)
+		}()
 	}
 	return c.settleBatch(ctx, reqs)
 }

@@ -52,9 +52,14 @@ const replayChunk = 1000
 // holders' settles become stale), with attempts starting again from 0. It
 // rewinds the cursor and lowers the frontier; events and other groups are
 // never touched.
-func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, partitions ...int) error {
+func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, partitions ...int) (err error) {
 	if err := c.check(); err != nil {
 		return err
+	}
+	if c.opts.ins != nil {
+		var end func(OperationResult)
+		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: OpReplay, Stream: stream, Group: group})
+		defer func() { end(OperationResult{Err: err}) }()
 	}
 	if err := checkStreamGroup(stream, group); err != nil {
 		return err

@@ -199,6 +199,21 @@ func runBadInput(t *testing.T, f Factory) {
 		{name: "append_payload_null", want: rheo.ErrInvalidArgument, do: appendPayload(`null`)},
 		{name: "append_payload_not_json", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":`)},
 		{name: "append_payload_trailing_garbage", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":1} x`)},
+		{name: "append_payload_nul_escape", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":"x\u0000y"}`)},
+		{name: "append_payload_nul_escape_in_name", want: rheo.ErrInvalidArgument, do: appendPayload(`{"\u0000":1}`)},
+		{name: "append_payload_lone_high_surrogate", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":"\ud800"}`)},
+		{name: "append_payload_lone_low_surrogate", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":"\udc00x"}`)},
+		{name: "append_payload_invalid_utf8", want: rheo.ErrInvalidArgument, do: appendPayload("{\"a\":\"\xff\"}")},
+		{name: "append_payload_duplicate_names", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":1,"a":2}`)},
+		{name: "append_payload_duplicate_names_escaped", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":1,"\u0061":2}`)},
+		{name: "append_payload_nested_too_deep", want: rheo.ErrInvalidArgument,
+			do: appendPayload(`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`)},
+		{name: "append_payload_exponent_out_of_range", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":1e1000000}`)},
+		{name: "append_payload_too_many_digits", want: rheo.ErrInvalidArgument, do: appendPayload(`{"a":` + strings.Repeat("7", 1001) + `}`)},
+		{name: "append_metadata_value_with_nul", want: rheo.ErrInvalidArgument, do: func(w *world) error {
+			_, err := w.c.Append(w.ctx, w.s, rheo.Message{Metadata: map[string]string{"k": "a\x00b"}})
+			return err
+		}},
 		{name: "append_payload_over_size_limit", want: rheo.ErrInvalidArgument, do: func(w *world) error {
 			_, err := w.other.Append(w.ctx, w.s, rheo.Message{ID: "e", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", 60) + `"}`)})
 			return err

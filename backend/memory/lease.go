@@ -25,6 +25,9 @@ func (b *Backend) Fetch(_ context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 	first := g.rr % k
 	g.rr++
 	quota := (r.Limit + k - 1) / k
+	for _, p := range r.Partitions {
+		g.parts[p].promote(r.Now, g.maxAttempts)
+	}
 	leases := make([]rheo.Lease, 0, min(r.Limit, 256))
 	exhausted := make([]bool, k)
 	for pass := 0; len(leases) < r.Limit; pass++ {
@@ -65,7 +68,6 @@ func (b *Backend) Fetch(_ context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 // claim appends up to want leases of partition p to out.
 func (b *Backend) claim(s *stream, g *group, p, want int, r rheo.FetchRequest, out []rheo.Lease) []rheo.Lease {
 	gp := g.parts[p]
-	gp.promote(r.Now)
 	got := 0
 	for got < want {
 		seq, ok := gp.ready.Min()
@@ -77,12 +79,6 @@ func (b *Backend) claim(s *stream, g *group, p, want int, r rheo.FetchRequest, o
 		// after all: file it back.
 		if (d.status == leased && d.expiresAt.After(r.Now)) || (d.status == available && d.availableAt.After(r.Now)) {
 			gp.unindex(d)
-			gp.index(d, r.Now)
-			continue
-		}
-		if d.status == leased && d.attempt >= g.maxAttempts {
-			gp.unindex(d)
-			d.status, d.reason, d.deadAt, d.leaseID = dead, poisonReason, r.Now, ""
 			gp.index(d, r.Now)
 			continue
 		}

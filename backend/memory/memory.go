@@ -230,16 +230,26 @@ func (g *gpart) index(d *delivery, now time.Time) {
 	}
 }
 
-// promote moves deliveries that became claimable by now into ready.
-func (g *gpart) promote(now time.Time) {
+// promote moves deliveries that became claimable by now into ready. An
+// expired lease whose attempt has reached maxAttempts is dead-lettered
+// instead (R6): every fetch buries all the poison of the partitions it
+// serves before it claims anything, the same on every backend.
+func (g *gpart) promote(now time.Time, maxAttempts int) {
 	for _, idx := range []*btree.BTreeG[timeKey]{g.delayed, g.leased} {
 		for {
 			k, ok := idx.Min()
 			if !ok || k.at.After(now) {
 				break
 			}
+			d := g.dels[k.seq]
+			if d.status == leased && d.attempt >= maxAttempts {
+				g.unindex(d)
+				d.status, d.reason, d.deadAt, d.leaseID, d.consumerID = dead, poisonReason, now, "", ""
+				g.index(d, now)
+				continue
+			}
 			idx.DeleteMin()
-			g.dels[k.seq].where = inReady
+			d.where = inReady
 			g.ready.ReplaceOrInsert(k.seq)
 		}
 	}

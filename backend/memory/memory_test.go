@@ -190,3 +190,9 @@ func fetchAckLoop(b *testing.B, c *rheo.Client) {
 	}
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "events/s")
 }
+
+// The differential test against memory itself checks the driver: two
+// identical stores must agree on every step.
+func TestDifferential(t *testing.T) {
+	rheotest.RunDifferential(t, factory, rheotest.DifferentialOptions{})
+}

@@ -95,12 +95,12 @@ alloc AS (
 ),
 ins AS (
 	INSERT INTO {S}rheo_events (stream_id, part, seq, id, etype, ekey, ts, payload, metadata)
-	SELECT $1, f.part, a.base + f.k, f.id, f.etype, f.ekey, f.ts, f.payload::jsonb, f.metadata::jsonb
+	SELECT $1, f.part, a.base + f.k, f.id, f.etype, f.ekey, f.ts, f.payload, f.metadata::jsonb
 	FROM fresh f JOIN alloc a ON a.part = f.part
 	RETURNING id, seq
 ),
 note AS (SELECT pg_notify($9, $10) FROM (SELECT 1 FROM ins LIMIT 1) x)
-SELECT id, seq, NULL::int, NULL::text, NULL::text, NULL::bigint, NULL::jsonb, NULL::jsonb FROM ins
+SELECT id, seq, NULL::int, NULL::text, NULL::text, NULL::bigint, NULL::text, NULL::jsonb FROM ins
 UNION ALL
 SELECT id, seq, part, etype, ekey, ts, payload, metadata FROM old
 UNION ALL
@@ -115,12 +115,12 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT count(*) AS c
 //
 // The counter rows stay locked from the UPDATE until commit, and other
 // appends to those partitions wait for them: the input is therefore
-// unpacked and its JSON parsed first (the materialized input feeds the
+// unpacked and its metadata parsed first (the materialized input feeds the
 // blocking count that the UPDATE joins), so that the lock covers only the
 // counter update, the inserts and the commit.
 const appendFastSQL = `
 WITH input AS MATERIALIZED (
-	SELECT t.id, t.part, t.etype, t.ekey, t.ts, t.payload::jsonb AS payload, t.metadata::jsonb AS metadata, t.k
+	SELECT t.id, t.part, t.etype, t.ekey, t.ts, t.payload, t.metadata::jsonb AS metadata, t.k
 	FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $11::int[])
 		AS t(id, part, etype, ekey, ts, payload, metadata, k)
 ),

@@ -16,13 +16,15 @@ const poisonReason = "max_attempts: lease expired"
 // fetchSQL claims in one statement. It locks the group's cursor rows of the
 // requested partitions ({GPLOCK} is SKIP LOCKED on a first try, so that a
 // fetcher does not queue behind another one that is materializing the same
-// partitions, and empty on the retry), takes up to Limit claimable
-// deliveries per partition with FOR UPDATE SKIP LOCKED (two fetchers never
-// claim one row), dead-letters expired leases at the attempt limit (R6),
-// adds up to Limit events per partition past the cursor, ranks the
-// candidates by sequence within their partition and keeps the first Limit
-// by (rank, rotated partition) — a fair round robin across partitions that
-// is strict sequence order inside each — then leases the kept rows, inserts
+// partitions, and empty on the retry), dead-letters every expired lease at
+// the attempt limit in those partitions (R6; poison never takes a claim's
+// place), takes up to Limit other claimable deliveries per partition with
+// FOR UPDATE SKIP LOCKED (two fetchers never claim one row), adds up to
+// Limit events per partition past the cursor, and shares Limit across the
+// partitions the way every backend does: in a rotating order, each
+// partition first gets up to its quota (Limit / partitions, rounded up),
+// then what is left goes to each partition in turn, as much as it has —
+// strict sequence order inside each. Then it leases the kept rows, inserts
 // the fresh ones already leased, advances the cursors and returns the
 // leases with their events.
 const fetchSQL = `
@@ -31,21 +33,26 @@ WITH gp AS (
 	WHERE grp_id = $1 AND part = ANY($3::int[])
 	ORDER BY part FOR UPDATE {GPLOCK}
 ),
-old AS (
-	SELECT d.part, d.seq, d.status, d.attempt, d.event_id
-	FROM unnest($3::int[]) AS p(part) CROSS JOIN LATERAL (
-		SELECT x.part, x.seq, x.status, x.attempt, x.event_id FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.status < 2 AND x.due_at <= $5
-		ORDER BY x.seq LIMIT $4
-		FOR UPDATE SKIP LOCKED
-	) d
+psel AS (
+	SELECT x.part, x.seq FROM {S}rheo_deliveries x
+	WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 1 AND x.attempt >= $9 AND x.due_at <= $5
+	FOR UPDATE SKIP LOCKED
 ),
 poison AS (
 	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
 		due_at = NULL, lease_id = NULL, consumer_id = NULL
-	FROM old WHERE old.status = 1 AND old.attempt >= $9
-		AND d.grp_id = $1 AND d.part = old.part AND d.seq = old.seq
+	FROM psel WHERE d.grp_id = $1 AND d.part = psel.part AND d.seq = psel.seq
 	RETURNING d.seq
+),
+old AS (
+	SELECT d.part, d.seq, d.attempt, d.event_id
+	FROM unnest($3::int[]) AS p(part) CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.attempt, x.event_id FROM {S}rheo_deliveries x
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.status < 2 AND x.due_at <= $5
+			AND NOT (x.status = 1 AND x.attempt >= $9)
+		ORDER BY x.seq LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	) d
 ),
 fresh AS (
 	SELECT e.part, e.seq, e.id
@@ -58,15 +65,29 @@ fresh AS (
 cand AS (
 	SELECT c.*, row_number() OVER (PARTITION BY c.part ORDER BY c.seq) AS rn
 	FROM (
-		SELECT part, seq, attempt, event_id, false AS fresh FROM old WHERE NOT (status = 1 AND attempt >= $9)
+		SELECT part, seq, attempt, event_id, false AS fresh FROM old
 		UNION ALL
 		SELECT part, seq, 0, id, true FROM fresh
 	) c
 ),
+cnt AS (
+	SELECT p.part, (p.part - $10 + 1024) % 1024 AS ri, coalesce(c.n, 0) AS n,
+		least(($4 + cardinality($3::int[]) - 1) / cardinality($3::int[]), coalesce(c.n, 0)) AS q
+	FROM unnest($3::int[]) AS p(part)
+	LEFT JOIN (SELECT part, count(*) AS n FROM cand GROUP BY part) c ON c.part = p.part
+),
+base AS (
+	SELECT part, ri, n, greatest(0, least(q, $4 - coalesce(sum(q) OVER w, 0))) AS b
+	FROM cnt WINDOW w AS (ORDER BY ri ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+share AS (
+	SELECT part, b + greatest(0, least(n - b,
+		($4 - (SELECT sum(b) FROM base)) - coalesce(sum(n - b) OVER w, 0))) AS take
+	FROM base WINDOW w AS (ORDER BY ri ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
 pick AS (
-	SELECT part, seq, attempt, event_id, fresh,
-		row_number() OVER (ORDER BY rn, (part - $10 + 1024) % 1024) AS i
-	FROM cand ORDER BY rn, (part - $10 + 1024) % 1024 LIMIT $4
+	SELECT c.part, c.seq, c.attempt, c.event_id, c.fresh, row_number() OVER (ORDER BY c.part, c.seq) AS i
+	FROM cand c JOIN share s ON s.part = c.part WHERE c.rn <= s.take
 ),
 upd AS (
 	UPDATE {S}rheo_deliveries d SET status = 1, attempt = d.attempt + 1, lease_id = ($8::text[])[pick.i],

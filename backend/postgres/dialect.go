@@ -55,10 +55,13 @@ func (dialect) MetadataEq(b *sqlstore.Builder, col, key, val string) {
 	b.S(col + " @> jsonb_build_object(").Arg(key).S("::text, ").Arg(val).S("::text)")
 }
 
-// PayloadEq compiles to containment (served by the GIN index on payload)
-// plus an exact equality at the path: containment alone would let an array
-// that holds the value match it.
+// PayloadEq compiles to containment (served by the GIN index on the
+// payload's jsonb form) plus an exact equality at the path: containment
+// alone would let an array that holds the value match it. The payload
+// column holds the text as appended (byte-identical on every store); the
+// index and the filters work on its jsonb cast.
 func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) {
+	col = "(" + col + "::jsonb)"
 	val, _ := json.Marshal(v)
 	doc := json.RawMessage(val)
 	for i := len(path) - 1; i >= 0; i-- {
@@ -67,6 +70,15 @@ func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) 
 	}
 	b.S("(" + col + " @> ").Arg(string(doc)).S("::jsonb AND " + col + " #> ").Arg(path).
 		S("::text[] = ").Arg(string(val)).S("::jsonb)")
+}
+
+// Misconfigured names the fix for the server errors no retry can cure.
+func (dialect) Misconfigured(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return misconfiguredHints[pe.Code]
+	}
+	return ""
 }
 
 func (dialect) IsUniqueViolation(err error) bool {

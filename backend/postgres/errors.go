@@ -15,7 +15,17 @@ var sentinels = []error{
 	rheo.ErrStreamNotFound, rheo.ErrGroupNotFound, rheo.ErrAlreadyExists, rheo.ErrInvalidPartition,
 	rheo.ErrInvalidArgument, rheo.ErrStaleLease, rheo.ErrReceiptMismatch, rheo.ErrCursorNotFound,
 	rheo.ErrConfirmRequired, rheo.ErrNoEventsInRange, rheo.ErrUnsupported, rheo.ErrBackendUnavailable,
-	rheo.ErrAmbiguous, rheo.ErrClosed,
+	rheo.ErrAmbiguous, rheo.ErrClosed, rheo.ErrMisconfigured,
+}
+
+// misconfiguredHints are the SQLSTATEs no retry can cure, with what to fix.
+var misconfiguredHints = map[string]string{
+	"42P01": "the schema is not migrated: run `rheo migrate --dsn DSN` or Client.Migrate",
+	"3F000": "the schema is not migrated: run `rheo migrate --dsn DSN` or Client.Migrate",
+	"28P01": "authentication failed: check the user and password in the DSN (and pg_hba.conf)",
+	"28000": "authentication failed: check the user and password in the DSN (and pg_hba.conf)",
+	"3D000": "the database does not exist: create it or fix the DSN",
+	"42501": "permission denied: grant the role access to the schema, or use another role",
 }
 
 // classify maps a pgx/pgconn error onto rheo's vocabulary. write says the
@@ -46,8 +56,8 @@ func classify(err error, write bool, format string, args ...any) error {
 			// Untranslatable characters (a \u0000 in a payload), bad
 			// encoding, rows too large for an index: the input is at fault.
 			return rheo.Wrap(rheo.ErrInvalidArgument, err, "%s", msg)
-		case pe.Code == "3F000" || pe.Code == "42P01":
-			return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s (schema not migrated? run Migrate)", msg)
+		case misconfiguredHints[pe.Code] != "":
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s", msg, misconfiguredHints[pe.Code])
 		case strings.HasPrefix(pe.Code, "08") && write:
 			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s", msg)
 		}
@@ -69,6 +79,14 @@ func classify(err error, write bool, format string, args ...any) error {
 		return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: outcome unknown", msg)
 	}
 	return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: connection lost, outcome unknown", msg)
+}
+
+// rolledBack reports errors after which the server rolled a transaction back
+// for an accident of timing: a deadlock it broke (40P01) or a serialization
+// failure (40001). Running the whole transaction again may succeed.
+func rolledBack(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // retryable reports errors after which a single-statement write can simply

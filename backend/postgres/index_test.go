@@ -98,10 +98,11 @@ func TestMigrateUpgradesIndexes(t *testing.T) {
 	// Back to version 1.
 	for _, q := range []string{
 		`DROP INDEX ` + s + `.rheo_events_json`,
+		`ALTER TABLE ` + s + `.rheo_events ALTER COLUMN payload TYPE jsonb USING payload::jsonb`,
 		`ALTER TABLE ` + s + `.rheo_events ALTER COLUMN id TYPE text COLLATE "default", ALTER COLUMN etype TYPE text COLLATE "default", ALTER COLUMN ekey TYPE text COLLATE "default"`,
 		`CREATE INDEX rheo_events_metadata ON ` + s + `.rheo_events USING gin (metadata jsonb_path_ops)`,
 		`CREATE INDEX rheo_events_payload ON ` + s + `.rheo_events USING gin (payload jsonb_path_ops)`,
-		`DELETE FROM ` + s + `.rheo_schema_postgres WHERE version = 2`,
+		`DELETE FROM ` + s + `.rheo_schema_postgres WHERE version IN (2, 3)`,
 	} {
 		_, err := be.Pool().Exec(ctx, q)
 		require.NoError(t, err, q)
@@ -130,6 +131,10 @@ func TestMigrateUpgradesIndexes(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"ekey:C", "etype:C", "id:C"}, colls)
+	var payloadType string
+	require.NoError(t, be.Pool().QueryRow(ctx, `SELECT data_type FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'rheo_events' AND column_name = 'payload'`, s).Scan(&payloadType))
+	require.Equal(t, "text", payloadType, "payloads keep the appended bytes from version 3 on")
 
 	evs, err := c.Query(ctx, rheo.Query{Stream: "s", Metadata: map[string]string{"m": "1"}})
 	require.NoError(t, err)

@@ -49,6 +49,15 @@ var pgMigrations = []struct {
 		`ALTER TABLE rheo_events ALTER COLUMN id TYPE text COLLATE "C", ALTER COLUMN etype TYPE text COLLATE "C", ALTER COLUMN ekey TYPE text COLLATE "C"`,
 		`CREATE INDEX IF NOT EXISTS rheo_events_json ON rheo_events USING gin (payload jsonb_path_ops, metadata jsonb_path_ops)`,
 	}},
+	{3, []string{
+		// Payloads come back byte-identical to what Append returned, as on
+		// every other store: the column keeps the appended text, and the
+		// GIN index (and payload filters) use its jsonb cast. Rows written
+		// before this version keep jsonb's rendering of their payload.
+		`DROP INDEX IF EXISTS rheo_events_json`,
+		`ALTER TABLE rheo_events ALTER COLUMN payload TYPE text USING payload::text`,
+		`CREATE INDEX IF NOT EXISTS rheo_events_json ON rheo_events USING gin ((payload::jsonb) jsonb_path_ops, metadata jsonb_path_ops)`,
+	}},
 }
 
 // script is the whole migration as statements, in order, for schema. It is

@@ -143,6 +143,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 			}
 			return nil
 		},
+		Retryable: rolledBack,
 	})
 	b.lis = newListener(b)
 	return b, nil
@@ -226,9 +227,30 @@ func (b *Backend) Schema() string { return b.schema }
 func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
 
 // Ping implements rheo.Backend.
+//
+// It connects (Open does not), then checks that the schema is migrated to
+// the version this rheo needs: a wrong role or password, a missing
+// database and a schema that was never migrated (or is behind) come back
+// as rheo.ErrMisconfigured with what to do about it.
 func (b *Backend) Ping(ctx context.Context) error {
 	if err := b.pool.Ping(ctx); err != nil {
 		return classify(err, false, "postgres: ping")
+	}
+	var shared, own int
+	err := b.pool.QueryRow(ctx, b.sqlf(`SELECT (SELECT coalesce(max(version), 0) FROM {S}rheo_schema),
+		(SELECT coalesce(max(version), 0) FROM {S}rheo_schema_postgres)`)).Scan(&shared, &own)
+	if err != nil {
+		return classify(err, false, "postgres: schema %q", b.schema)
+	}
+	ms, err := sqlstore.Migrations(dialect{})
+	if err != nil {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "postgres: migrations")
+	}
+	wantShared, wantOwn := ms[len(ms)-1].Version, pgMigrations[len(pgMigrations)-1].version
+	if shared < wantShared || own < wantOwn {
+		return rheo.Errorf(rheo.ErrMisconfigured,
+			"postgres: schema %q is at version %d.%d, this rheo needs %d.%d: run `rheo migrate --dsn DSN` or Client.Migrate",
+			b.schema, shared, own, wantShared, wantOwn)
 	}
 	return nil
 }

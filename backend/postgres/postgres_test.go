@@ -93,3 +93,14 @@ func TestConformance(t *testing.T) {
 	testPool(t)
 	rheotest.RunBackend(t, func(t testing.TB) rheo.Backend { return newBackend(t) })
 }
+
+func TestDifferential(t *testing.T) {
+	testPool(t)
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return newBackend(t) }, rheotest.DifferentialOptions{
+		// Round trips make a step slow here: fewer seeds keep the default
+		// run short; RHEO_DIFF_SEEDS and RHEO_DIFF_STEPS run long ones.
+		Seeds: 6,
+		// jsonb does not keep payload bytes yet: compare them as JSON.
+		CanonicalPayloads: true,
+	})
+}

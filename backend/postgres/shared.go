@@ -82,3 +82,8 @@ func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []strin
 func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error {
 	return b.store.ResetGroup(ctx, stream, group, start)
 }
+
+// Leases implements rheo.LeaseLister.
+func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []string, limit int) ([]rheo.Lease, error) {
+	return b.store.Leases(ctx, stream, group, eventIDs, limit)
+}

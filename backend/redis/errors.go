@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -51,6 +53,9 @@ func (b *Backend) readErr(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
+	if m := b.misconfigured(err, format, args...); m != nil {
+		return m
+	}
 	return rheo.Wrap(rheo.ErrBackendUnavailable, err, "redis: "+format, args...)
 }
 
@@ -63,6 +68,9 @@ func (b *Backend) readErr(err error, format string, args ...any) error {
 func (b *Backend) writeErr(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
+	}
+	if m := b.misconfigured(err, format, args...); m != nil {
+		return m
 	}
 	msg := "redis: " + fmt.Sprintf(format, args...)
 	if notSent(err) || refused(err) {
@@ -102,4 +110,36 @@ func refused(err error) bool {
 // isCtx reports a context error, which callers keep reachable.
 func isCtx(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// misconfigured classifies the errors no retry can cure: the server refused
+// the credentials or the user's permissions, or the DSN asked for TLS and
+// the server does not speak it. Nothing was written.
+func (b *Backend) misconfigured(err error, format string, args ...any) error {
+	msg := "redis: " + fmt.Sprintf(format, args...)
+	if b.lastTLS != nil && (errors.Is(err, context.DeadlineExceeded) || notSent(err)) {
+		if te := b.lastTLS.Load(); te != nil {
+			err = fmt.Errorf("%w (after %w)", err, te)
+		}
+	}
+	var re goredis.Error
+	if errors.As(err, &re) {
+		switch text := re.Error(); {
+		case strings.HasPrefix(text, "WRONGPASS"), strings.HasPrefix(text, "NOAUTH"),
+			strings.Contains(text, "AUTH") && strings.Contains(text, "without any password configured"):
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: authentication failed: check the user and password in the DSN (redis://user:password@host:port/db)", msg)
+		case strings.HasPrefix(text, "NOPERM"):
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: the user lacks a permission rheo needs: grant it with ACL SETUSER (see docs/redis.md)", msg)
+		}
+	}
+	var te *tlsError
+	if errors.As(err, &te) {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) {
+			// No TLS reply at all, or a plain-text one: not a TLS server.
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: the server does not speak TLS: use redis:// instead of rediss://, or enable TLS on the server", msg)
+		}
+		return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: check the server's certificate and the DSN's TLS settings", msg)
+	}
+	return nil
 }

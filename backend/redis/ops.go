@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,7 +286,8 @@ func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, erro
 // Fetch implements rheo.Backend with one script call: due deliveries
 // (expired leases, nacked and reopened ones) of each partition first, in
 // sequence order, then new entries through XREADGROUP; the limit is shared
-// across partitions starting from a random one.
+// across partitions starting from one that rotates between fetches (in this
+// process; fairness does not need agreement between processes).
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
 	base := b.streamBase(r.Stream)
 	k := len(r.Partitions)
@@ -296,7 +296,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	exp := max(r.Now.Add(r.LeaseDuration).UnixMicro(), now+1)
 	args := make([]any, 0, 6+k+r.Limit)
 	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
-	off := rand.IntN(k)
+	off := b.rotate(groupBase(base, r.Group), k)
 	for i := range k {
 		args = append(args, r.Partitions[(off+i)%k])
 	}
@@ -354,7 +354,7 @@ func leaseErr(code int64, l rheo.Lease) error {
 func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
 	base := b.streamBase(l.Stream)
 	v, err := b.run(ctx, renewScript, base, groupBase(base, l.Group), l.Group,
-		l.Event.Partition, l.Event.Sequence, l.ID, l.Receipt, expiresAt.UnixMicro())
+		l.Event.Partition, l.Event.Sequence, l.ID, l.Receipt, expiresAt.UnixMicro(), l.Event.ID)
 	if err != nil {
 		if nf := notFound(err, l.Stream, l.Group); nf != nil {
 			return nf
@@ -370,7 +370,7 @@ var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNac
 // Settle implements rheo.Backend: the whole batch is one script.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
 	base := b.streamBase(stream)
-	args := make([]any, 0, 4+7*len(reqs))
+	args := make([]any, 0, 4+8*len(reqs))
 	args = append(args, groupBase(base, group), group, micros(now), len(reqs))
 	for _, r := range reqs {
 		kind, ok := settleKinds[r.Kind]
@@ -378,7 +378,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
 		}
 		args = append(args, kind, r.Lease.Event.Partition, r.Lease.Event.Sequence, r.Lease.ID, r.Lease.Receipt,
-			r.AvailableAt.UnixMicro(), r.Reason)
+			r.AvailableAt.UnixMicro(), r.Reason, r.Lease.Event.ID)
 	}
 	v, err := b.run(ctx, settleScript, base, args...)
 	if err != nil {
@@ -562,4 +562,15 @@ func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start ma
 		return b.writeErr(err, "reset group %q of stream %q", group, stream)
 	}
 	return nil
+}
+
+// rotate returns the index of the partition a group's next fetch serves
+// first: the first fetch starts with the first requested partition, each
+// later one a partition further, like every backend.
+func (b *Backend) rotate(group string, k int) int {
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	n := b.rr[group]
+	b.rr[group] = n + 1
+	return n % k
 }

@@ -28,10 +28,16 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -88,6 +94,11 @@ type Backend struct {
 	hubMu sync.Mutex
 	hub   map[string]*wakeSub
 	done  bool
+
+	lastTLS *atomic.Pointer[tlsError] // rediss:// DSNs: the last failed handshake
+
+	rrMu sync.Mutex
+	rr   map[string]int // next first partition per group base, this process only
 }
 
 var (
@@ -98,7 +109,8 @@ var (
 // New returns a backend over client. The client is borrowed: Close does not
 // close it.
 func New(client goredis.UniversalClient, opts ...Option) *Backend {
-	b := &Backend{c: client, prefix: DefaultKeyPrefix, scanLimit: DefaultQueryScanLimit, hub: map[string]*wakeSub{}}
+	quietDriver.Do(func() { goredis.SetLogger(slogLogger{}) })
+	b := &Backend{c: client, prefix: DefaultKeyPrefix, scanLimit: DefaultQueryScanLimit, hub: map[string]*wakeSub{}, rr: map[string]int{}}
 	for _, o := range opts {
 		o(b)
 	}
@@ -136,7 +148,12 @@ func Open(_ context.Context, dsn string) (rheo.Backend, error) {
 	if err != nil {
 		return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")
 	}
+	var lastTLS *atomic.Pointer[tlsError]
+	if o.TLSConfig != nil {
+		lastTLS = tlsDial(o)
+	}
 	b := New(goredis.NewClient(o), opts...)
+	b.lastTLS = lastTLS
 	b.owned = true
 	return b, nil
 }
@@ -228,3 +245,76 @@ func escape(s string) string {
 	}
 	return sb.String()
 }
+
+// quietDriver routes go-redis's own log lines (pool and reconnect notices it
+// otherwise prints to stderr) to log/slog's default logger at debug level:
+// a library must not write to stderr behind its user's back, and every
+// failure that matters reaches the caller as an error anyway. go-redis has
+// one process-wide logger, so this is done once, when the first backend is
+// made.
+var quietDriver sync.Once
+
+type slogLogger struct{}
+
+func (slogLogger) Printf(ctx context.Context, format string, v ...any) {
+	slog.DebugContext(ctx, "redis driver: "+fmt.Sprintf(format, v...))
+}
+
+// tlsDial makes the client's TLS handshakes answer within the dial timeout
+// (and the caller's deadline) and say what most likely went wrong: a
+// rediss:// DSN pointed at a plain server gets no handshake reply at all,
+// and would otherwise look like an unreachable server.
+//
+// It returns where the last failed handshake is kept: go-redis retries a
+// failed dial until the caller's deadline and then reports only that the
+// deadline passed, so the backend looks there to name the real cause.
+func tlsDial(o *goredis.Options) *atomic.Pointer[tlsError] {
+	last := new(atomic.Pointer[tlsError])
+	cfg := o.TLSConfig
+	o.TLSConfig = nil
+	timeout := o.DialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: timeout}
+		raw, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" {
+			c.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		// Leave the caller time to hear why: fail the handshake a little
+		// before its deadline.
+		t := timeout
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl)*4/5 < t {
+			t = time.Until(dl) * 4 / 5
+		}
+		hctx, cancel := context.WithTimeout(ctx, t)
+		defer cancel()
+		tc := tls.Client(raw, c)
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = raw.Close()
+			te := &tlsError{addr: addr, err: err}
+			last.Store(te)
+			return nil, te
+		}
+		last.Store(nil)
+		return tc, nil
+	}
+	return last
+}
+
+// tlsError is a failed TLS handshake; see misconfigured.
+type tlsError struct {
+	addr string
+	err  error
+}
+
+func (e *tlsError) Error() string {
+	return fmt.Sprintf("TLS handshake with %s failed: %v", e.addr, e.err)
+}
+
+func (e *tlsError) Unwrap() error { return e.err }

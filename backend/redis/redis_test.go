@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,23 +27,33 @@ func testURL() string {
 	return "redis://127.0.0.1:6379/0"
 }
 
+var (
+	reachOnce sync.Once
+	reachErr  error
+)
+
 // testClient connects to the test server, skipping the test loudly when it
-// is unreachable (failing under CI=true).
+// is unreachable (failing under CI=true). The server is checked once per
+// package run, so an unreachable one is reported in seconds.
 func testClient(t testing.TB) goredis.UniversalClient {
 	t.Helper()
 	o, err := goredis.ParseURL(testURL())
 	require.NoError(t, err)
-	c := goredis.NewClient(o)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		_ = c.Close()
-		msg := fmt.Sprintf("REDIS NOT REACHABLE at %s (set RHEO_TEST_REDIS): %v", testURL(), err)
+	reachOnce.Do(func() {
+		c := goredis.NewClient(o)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		reachErr = c.Ping(ctx).Err()
+	})
+	if reachErr != nil {
+		msg := fmt.Sprintf("REDIS NOT REACHABLE at %s (set RHEO_TEST_REDIS): %v", testURL(), reachErr)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
 		t.Skip("SKIPPING: " + msg)
 	}
+	c := goredis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -134,4 +145,15 @@ func TestAppendMixedPartitionsAndStoredIDs(t *testing.T) {
 	evs, err := b.Events(ctx, "mix", []string{"a", "e", "g"})
 	require.NoError(t, err)
 	require.Len(t, evs, 3)
+}
+
+func TestDifferential(t *testing.T) {
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend {
+		b, _ := newBackend(t)
+		return b
+	}, rheotest.DifferentialOptions{
+		// Round trips make a step slow here: fewer seeds keep the default
+		// run short; RHEO_DIFF_SEEDS and RHEO_DIFF_STEPS run long ones.
+		Seeds: 10,
+	})
 }

@@ -319,66 +319,82 @@ local used = 0
 local out = {}
 local due = {}
 local newdone = {}
-local WINDOW = limit + 64
+-- scan_due lists every due delivery of partition p (available with any
+-- nack delay passed, or leased and expired). Expired leases at the attempt
+-- limit are dead-lettered on the way (R6): a fetch buries all the poison of
+-- the partitions it serves before it claims, on every backend. The rest
+-- come back as numbers in sequence order (R3), whatever their due times.
+local function scan_due(p)
+  local lkey = gb .. 'l:' .. p
+  local dkey = gb .. 'd:' .. p
+  local lst = redis.call('ZRANGEBYSCORE', dkey, '-inf', nowS)
+  local nums, drop, poison, acks = {}, {}, {}, {}
+  local i = 1
+  while i <= #lst do
+    local j = math.min(i + 999, #lst)
+    local vals = redis.call('HMGET', lkey, unpack(lst, i, j))
+    for x = 1, #vals do
+      local ss = lst[i + x - 1]
+      local v = vals[x]
+      if not v then
+        drop[#drop + 1] = ss
+      else
+        local lid, att = string.match(v, '^([^:]*):(%d+)$')
+        att = tonumber(att)
+        if lid ~= '' and att >= maxA then
+          drop[#drop + 1] = ss
+          poison[#poison + 1] = ss
+          acks[#acks + 1] = ss .. '-0'
+          dead(p, tonumber(ss), att, 'max_attempts: lease expired', nowS)
+        else
+          nums[#nums + 1] = tonumber(ss)
+        end
+      end
+    end
+    i = j + 1
+  end
+  if #drop > 0 then bulk({'ZREM', dkey}, drop, 1000) end
+  if #poison > 0 then
+    bulk({'HDEL', lkey}, poison, 1000)
+    bulk({'XACK', skey(p), group}, acks, 1000)
+  end
+  table.sort(nums)
+  return nums
+end
+for i = 1, k do due[parts[i]] = {list = scan_due(parts[i]), pos = 1} end
 
 local function take(p, want)
   local got = 0
   local lkey = gb .. 'l:' .. p
   local dkey = gb .. 'd:' .. p
   local sk = skey(p)
-  -- Claimable deliveries already offered: due now, lowest sequence first.
-  while got < want do
-    local dc = due[p]
-    if dc == nil or (dc.pos > #dc.list and dc.full) then
-      local lst = redis.call('ZRANGEBYSCORE', dkey, '-inf', nowS, 'LIMIT', 0, WINDOW)
-      local nums = {}
-      for i = 1, #lst do nums[i] = tonumber(lst[i]) end
-      table.sort(nums)
-      dc = {list = nums, pos = 1, full = (#lst == WINDOW)}
-      due[p] = dc
-    end
-    if dc.pos > #dc.list then break end
+  -- Claimable deliveries already offered, lowest sequence first.
+  local dc = due[p]
+  if got < want and dc.pos <= #dc.list then
     local hset, zadd, claim, rows = {}, {}, {}, {}
-    local acks = {}
     while got < want and dc.pos <= #dc.list do
       local seq = dc.list[dc.pos]
       dc.pos = dc.pos + 1
       local ss = fmt(seq)
-      local v = redis.call('HGET', lkey, ss)
-      if not v then
-        redis.call('ZREM', dkey, ss)
-      else
-        local lid, att = string.match(v, '^([^:]*):(%d+)$')
-        att = tonumber(att)
-        if lid ~= '' and att >= maxA then
-          redis.call('HDEL', lkey, ss)
-          redis.call('ZREM', dkey, ss)
-          acks[#acks + 1] = ss .. '-0'
-          dead(p, seq, att, 'max_attempts: lease expired', nowS)
-        else
-          used = used + 1
-          local id = ARGV[idbase + used]
-          hset[#hset + 1] = ss
-          hset[#hset + 1] = id .. ':' .. fmt(att + 1)
-          zadd[#zadd + 1] = exp
-          zadd[#zadd + 1] = ss
-          claim[#claim + 1] = ss .. '-0'
-          rows[ss .. '-0'] = {seq, id, att + 1}
-          got = got + 1
-        end
-      end
+      local att = tonumber(string.match(redis.call('HGET', lkey, ss), ':(%d+)$'))
+      used = used + 1
+      local id = ARGV[idbase + used]
+      hset[#hset + 1] = ss
+      hset[#hset + 1] = id .. ':' .. fmt(att + 1)
+      zadd[#zadd + 1] = exp
+      zadd[#zadd + 1] = ss
+      claim[#claim + 1] = ss .. '-0'
+      rows[ss .. '-0'] = {seq, id, att + 1}
+      got = got + 1
     end
-    if #acks > 0 then bulk({'XACK', sk, group}, acks, 1000) end
-    if #hset > 0 then
-      bulk({'HSET', lkey}, hset, 1000)
-      bulk({'ZADD', dkey}, zadd, 1000)
-      for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
-        for _, ent in ipairs(r) do
-          local row = rows[ent[1]]
-          if row then
-            out[#out + 1] = p; out[#out + 1] = row[1]; out[#out + 1] = row[2]; out[#out + 1] = row[3]
-            out[#out + 1] = ent[2]
-          end
+    bulk({'HSET', lkey}, hset, 1000)
+    bulk({'ZADD', dkey}, zadd, 1000)
+    for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
+      for _, ent in ipairs(r) do
+        local row = rows[ent[1]]
+        if row then
+          out[#out + 1] = p; out[#out + 1] = row[1]; out[#out + 1] = row[2]; out[#out + 1] = row[3]
+          out[#out + 1] = ent[2]
         end
       end
     end
@@ -434,8 +450,10 @@ flush_frontier()
 return out
 `)
 
-// settle: ARGV[4] now, ARGV[5] n, then 7 fields per request: kind (a, n,
-// r), partition, seq, lease ID, receipt, available-at (µs), reason.
+// settle: ARGV[4] now, ARGV[5] n, then 8 fields per request: kind (a, n,
+// r), partition, seq, lease ID, receipt, available-at (µs), reason, event
+// ID. A lease settles only if its lease ID is current and its event ID is
+// the event stored at its position (fencing on both, like every backend).
 // Returns one code per request: 0 settled, 1 stale lease, 2 receipt mismatch.
 var settleScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
@@ -446,14 +464,14 @@ local rm = {}
 local gone = {} -- settled earlier in this batch; their fences go in bulk below
 local woke = false
 for i = 1, n do
-  local o = 5 + (i - 1) * 7
+  local o = 5 + (i - 1) * 8
   local kind, p, ss, lid, receipt = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local lkey = gb .. 'l:' .. p
   local v = nil
   if not gone[p .. ':' .. ss] then v = redis.call('HGET', lkey, ss) end
   local cur, att
   if v then cur, att = string.match(v, '^([^:]*):(%d+)$') end
-  if not v or cur == '' or cur ~= lid then
+  if not v or cur == '' or cur ~= lid or redis.call('HGET', base .. 'ids', ARGV[o + 8]) ~= p .. ':' .. ss then
     res[i] = 1
   elseif receipt ~= ss .. '-0' then
     res[i] = 2
@@ -493,7 +511,8 @@ return res
 `)
 
 // renew: ARGV[4] partition, ARGV[5] seq, ARGV[6] lease ID, ARGV[7] receipt,
-// ARGV[8] new expiry (µs). Returns 0, 1 (stale) or 2 (receipt mismatch).
+// ARGV[8] new expiry (µs), ARGV[9] event ID. Returns 0, 1 (stale) or 2
+// (receipt mismatch).
 var renewScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local p, ss = ARGV[4], ARGV[5]
@@ -501,6 +520,7 @@ local v = redis.call('HGET', gb .. 'l:' .. p, ss)
 local cur
 if v then cur = string.match(v, '^([^:]*):') end
 if not v or cur == '' or cur ~= ARGV[6] then return 1 end
+if redis.call('HGET', base .. 'ids', ARGV[9]) ~= p .. ':' .. ss then return 1 end
 if ARGV[7] ~= ss .. '-0' then return 2 end
 redis.call('ZADD', gb .. 'd:' .. p, ARGV[8], ss)
 return 0

@@ -81,6 +81,17 @@ func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) 
 	}
 }
 
+// Misconfigured names the fix for SQLite's "no such table" on one of
+// rheo's tables.
+func (dialect) Misconfigured(err error) string {
+	if err != nil && strings.Contains(err.Error(), "no such table: rheo_") {
+		return migrateHint
+	}
+	return ""
+}
+
+const migrateHint = "the store is not migrated: run `rheo migrate --dsn DSN` or Client.Migrate"
+
 func (dialect) IsUniqueViolation(err error) bool {
 	var e *sqlite.Error
 	if !errors.As(err, &e) {

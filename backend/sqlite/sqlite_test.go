@@ -75,3 +75,7 @@ func TestOpenDSN(t *testing.T) {
 	_, err = rheo.Open(ctx, "sqlite:"+path+"?cache=shared")
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 }
+
+func TestDifferential(t *testing.T) {
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return open(t) }, rheotest.DifferentialOptions{})
+}

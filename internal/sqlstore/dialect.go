@@ -46,6 +46,10 @@ type Dialect interface {
 
 	// IsUniqueViolation reports a unique or primary key constraint failure.
 	IsUniqueViolation(err error) bool
+	// Misconfigured returns what to fix when err is one no retry can cure
+	// (a missing rheo table: the store was never migrated; a refused
+	// login; a missing database), and "" otherwise.
+	Misconfigured(err error) string
 	// CommitAmbiguous reports whether a failed COMMIT may nevertheless have
 	// committed (a connection lost mid-commit). SQLite never is.
 	CommitAmbiguous(err error) bool

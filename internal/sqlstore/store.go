@@ -44,7 +44,18 @@ type Config struct {
 	// Committed, when set, is called after every committed write
 	// transaction (SQLite schedules WAL checkpoints from it).
 	Committed func()
+	// Retryable, when set, reports errors after which the database rolled
+	// a write transaction back on its own and running it again may succeed
+	// (PostgreSQL: a deadlock it broke, a serialization failure). Write
+	// transactions run concurrently with fetches that lock the same rows
+	// in another order, so such an error is an accident of timing, not an
+	// outcome to report.
+	Retryable func(error) bool
 }
+
+// maxTxAttempts bounds how often a write transaction runs when Retryable
+// says it may run again.
+const maxTxAttempts = 10
 
 // Store implements rheo.Backend on a SQL database, except Close: the
 // backend owns the connections. See the package documentation.
@@ -55,6 +66,7 @@ type Store struct {
 	inTx    func(ctx context.Context, x Execer, streams []string) error
 	changed func(stream string)
 	commit  func()
+	retry   func(error) bool
 
 	rebound sync.Map // query -> rebound query
 
@@ -98,6 +110,7 @@ func New(cfg Config) *Store {
 	}
 	return &Store{
 		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed, commit: cfg.Committed,
+		retry:   cfg.Retryable,
 		wstmts:  map[string]*sql.Stmt{},
 		rstmts:  map[string]*sql.Stmt{},
 		streams: map[string]streamRef{},
@@ -253,7 +266,21 @@ func (t *writeTx) wake(stream string) {
 // write runs fn in a write transaction. Driver errors are classified: any
 // failure before COMMIT is ErrBackendUnavailable (nothing was written), a
 // failed COMMIT is ErrAmbiguous when the dialect says it may have landed.
+// A transaction the database rolled back for a retryable reason (see
+// Config.Retryable) runs again from the start, fn included, so fn must
+// derive everything it writes and returns from what it reads.
 func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) error) error {
+	for attempt := 1; ; attempt++ {
+		retry, err := s.writeOnce(ctx, what, fn)
+		if !retry || attempt == maxTxAttempts || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// writeOnce runs one write transaction; retry reports that it was rolled
+// back for a reason Config.Retryable accepts.
+func (s *Store) writeOnce(ctx context.Context, what string, fn func(t *writeTx) error) (retry bool, err error) {
 	t := &writeTx{execer: execer{s: s}}
 	var commit, rollback func() error
 	if s.single {
@@ -262,7 +289,7 @@ func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) erro
 		if s.wconn == nil {
 			c, err := s.w.Conn(ctx)
 			if err != nil {
-				return s.classify(err, "%s: connect", what)
+				return false, s.classify(err, "%s: connect", what)
 			}
 			s.wconn = c
 		}
@@ -270,7 +297,7 @@ func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) erro
 		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 			// The connection may be broken; a fresh one is taken next time.
 			s.dropWriter()
-			return s.classify(err, "%s: begin", what)
+			return false, s.classify(err, "%s: begin", what)
 		}
 		t.conn = c
 		commit = func() error { _, err := c.ExecContext(context.Background(), "COMMIT"); return err }
@@ -284,21 +311,21 @@ func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) erro
 	} else {
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
-			return s.classify(err, "%s: begin", what)
+			return false, s.classify(err, "%s: begin", what)
 		}
 		t.tx = tx
 		commit, rollback = tx.Commit, tx.Rollback
 	}
 	if err := s.run(ctx, t, fn); err != nil {
 		rollback()
-		return s.classify(err, "%s", what)
+		return s.retry != nil && s.retry(err), s.classify(err, "%s", what)
 	}
 	if err := commit(); err != nil {
 		rollback()
 		if s.d.CommitAmbiguous(err) {
-			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s: commit", what)
+			return false, rheo.Wrap(rheo.ErrAmbiguous, err, "%s: commit", what)
 		}
-		return s.classify(err, "%s: commit", what)
+		return false, s.classify(err, "%s: commit", what)
 	}
 	if s.commit != nil {
 		s.commit()
@@ -308,7 +335,7 @@ func (s *Store) write(ctx context.Context, what string, fn func(t *writeTx) erro
 			s.changed(st)
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // run runs fn and then the change signals of the streams it woke.
@@ -334,7 +361,7 @@ var sentinels = []error{
 	rheo.ErrStreamNotFound, rheo.ErrGroupNotFound, rheo.ErrAlreadyExists, rheo.ErrInvalidPartition,
 	rheo.ErrInvalidArgument, rheo.ErrStaleLease, rheo.ErrReceiptMismatch, rheo.ErrCursorNotFound,
 	rheo.ErrConfirmRequired, rheo.ErrNoEventsInRange, rheo.ErrUnsupported, rheo.ErrBackendUnavailable,
-	rheo.ErrAmbiguous, rheo.ErrClosed,
+	rheo.ErrAmbiguous, rheo.ErrClosed, rheo.ErrMisconfigured,
 }
 
 // classify returns err unchanged when it already speaks rheo's vocabulary,
@@ -349,13 +376,29 @@ func (s *Store) classify(err error, format string, args ...any) error {
 			return err
 		}
 	}
+	if fix := s.d.Misconfigured(err); fix != "" {
+		return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s: %s", s.d.Name(), fmt.Sprintf(format, args...), fix)
+	}
 	return rheo.Wrap(rheo.ErrBackendUnavailable, err, "%s: %s", s.d.Name(), fmt.Sprintf(format, args...))
 }
 
-// Ping checks the store answers.
+// Ping checks the store answers and is migrated to the version this rheo
+// needs (rheo.ErrMisconfigured, naming the fix, when it is not).
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.r.PingContext(ctx); err != nil {
 		return s.classify(err, "ping")
+	}
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	ms, err := Migrations(s.d)
+	if err != nil {
+		return rheo.Wrap(rheo.ErrBackendUnavailable, err, "migrations")
+	}
+	if want := ms[len(ms)-1].Version; v < want {
+		return rheo.Errorf(rheo.ErrMisconfigured, "%s: the store is at schema version %d, this rheo needs %d: run `rheo migrate --dsn DSN` or Client.Migrate",
+			s.d.Name(), v, want)
 	}
 	return nil
 }

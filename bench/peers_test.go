@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// TestPeersSmoke runs every pair once with tiny sizes: each workload of
+// each peer must complete, produce a positive rate, leave no schema or key
+// behind, and land in the CSV. PostgreSQL and Redis must be running (the
+// test fails without them, it never skips).
+func TestPeersSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	csvPath := filepath.Join(t.TempDir(), "peers.csv")
+	cfg := config{
+		pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379"),
+		sz:     sizes{consume: 200, appends: 200, memory: 1000},
+		rounds: 2, parts: 2, workers: 10, csv: csvPath,
+	}
+	var out bytes.Buffer
+	results, err := run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("peers: %v\n%s", err, out.String())
+	}
+	all := pairs(cfg.workers)
+	if len(results) != 2*len(all) {
+		t.Fatalf("%d results, want %d (every pair, two rounds)", len(results), 2*len(all))
+	}
+	for _, r := range results {
+		if r.a <= 0 || (r.pair.b.run != nil && r.b <= 0) {
+			t.Errorf("%s round %d: rates %v and %v, want positive", r.pair.name, r.round, r.a, r.b)
+		}
+	}
+	for _, p := range all {
+		if !strings.Contains(out.String(), p.name) {
+			t.Errorf("output lacks pair %q", p.name)
+		}
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1+len(results) {
+		t.Fatalf("CSV has %d records, want header + %d", len(recs), len(results))
+	}
+
+	// Nothing left behind.
+	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	var schemas int
+	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'peers\\_%'").Scan(&schemas); err != nil {
+		t.Fatal(err)
+	}
+	// Other runs of the benchmark may be going on; none of this run's
+	// schemas may remain, which the workloads' own cleanup ensures, so a
+	// count is a fair check on a machine that runs this alone.
+	if schemas != 0 {
+		t.Errorf("%d peers_ schemas left behind", schemas)
+	}
+	keys, err := e.rdb.Keys(ctx, "peers:*").Result()
+	if err != nil && err != goredis.Nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 0 {
+		t.Errorf("Redis keys left behind: %v", keys)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,64 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+
+	"github.com/rheo-go/rheo"
+)
+
+// Leases implements rheo.LeaseLister: leased rows of the deliveries table
+// (the in-flight window), by primary key; an event ID is resolved through
+// the events' ID index first, so neither form scans the log.
+func (s *Store) Leases(ctx context.Context, stream, group string, eventIDs []string, limit int) ([]rheo.Lease, error) {
+	x := s.reader()
+	ref, g, err := s.group(ctx, x, stream, group)
+	if err != nil {
+		return nil, s.classify(err, "leases of group %q", group)
+	}
+	const cols = "SELECT d.part, d.seq, d.event_id, d.consumer_id, d.attempt, d.leased_at, d.expires_at FROM rheo_deliveries d"
+	out := []rheo.Lease{}
+	scan := func(rows *sql.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var l rheo.Lease
+			var consumer sql.NullString
+			var leasedAt, expiresAt sql.NullInt64
+			if err := rows.Scan(&l.Event.Partition, &l.Event.Sequence, &l.Event.ID, &consumer, &l.Attempt, &leasedAt, &expiresAt); err != nil {
+				return err
+			}
+			l.Stream, l.Group, l.Event.Stream = stream, group, stream
+			l.ConsumerID, l.LeasedAt, l.ExpiresAt = consumer.String, nullMicros(leasedAt), nullMicros(expiresAt)
+			out = append(out, l)
+		}
+		return rows.Err()
+	}
+	if eventIDs == nil {
+		rows, err := x.query(ctx, cols+" WHERE d.grp_id = ? AND d.status = 1 ORDER BY d.part, d.seq LIMIT ?", g.id, limit)
+		if err == nil {
+			err = scan(rows)
+		}
+		if err != nil {
+			return nil, s.classify(err, "leases of group %q", group)
+		}
+		return out, nil
+	}
+	for _, id := range eventIDs {
+		rows, err := x.query(ctx, cols+" JOIN rheo_events e ON e.stream_id = ? AND e.id = ?"+
+			" WHERE d.grp_id = ? AND d.part = e.part AND d.seq = e.seq AND d.status = 1", ref.id, id, g.id)
+		if err == nil {
+			err = scan(rows)
+		}
+		if err != nil {
+			return nil, s.classify(err, "leases of group %q", group)
+		}
+	}
+	slices.SortFunc(out, func(a, b rheo.Lease) int {
+		if a.Event.Partition != b.Event.Partition {
+			return a.Event.Partition - b.Event.Partition
+		}
+		return int(a.Event.Sequence - b.Event.Sequence)
+	})
+	return out[:min(len(out), limit)], nil
+}

@@ -1,0 +1,164 @@
+package rheotest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+// runEdges holds cases where stores once disagreed: claim order under many
+// due deliveries, poison beside claimable work, fencing on the event ID, and
+// how a fetch shares its limit across uneven partitions. Every backend must
+// give exactly the same answer.
+func runEdges(t *testing.T, f Factory) {
+	runCases(t, f, []testCase{
+		{"many_due_deliveries_are_claimed_in_sequence_order", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			const n = 150 // more due deliveries than any backend's claim window
+			e.appendN(s, 0, n)
+			g := e.group(s, rheo.GroupConfig{})
+			var ls []rheo.Lease
+			for len(ls) < n {
+				ls = append(ls, e.fetch(s, g, rheo.FetchOptions{Limit: 100})...)
+			}
+			for _, l := range ls {
+				require.NoError(t, e.c.Nack(e.ctx, l, "again"))
+			}
+			for want := int64(1); want <= 5; want++ {
+				got := e.fetchN(s, g, 1)
+				require.Equal(t, want, got[0].Event.Sequence, "fetch %d of nacked deliveries", want)
+			}
+		}},
+		{"claim_order_ignores_due_times", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			const n = 100
+			e.appendN(s, 0, n)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, n)
+			// Sequence 1 comes due last, sequence n first.
+			for _, l := range ls {
+				delay := time.Duration(l.Event.Sequence) * time.Second
+				require.NoError(t, e.c.Nack(e.ctx, l, "later", rheo.Delay(delay)))
+			}
+			e.clk.Advance(time.Duration(n+1) * time.Second)
+			require.Equal(t, []pos{{0, 1}, {0, 2}, {0, 3}}, positions(e.fetchN(s, g, 3)))
+		}},
+		{"poison_does_not_take_a_claims_place", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 3)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 2})
+			first := e.fetchN(s, g, 1)[0]
+			require.Equal(t, int64(1), first.Event.Sequence)
+			e.clk.Advance(time.Minute)
+			poison := e.fetchN(s, g, 1)[0]
+			require.Equal(t, int64(1), poison.Event.Sequence)
+			require.Equal(t, 2, poison.Attempt)
+			second := e.fetchN(s, g, 1)[0]
+			require.Equal(t, int64(2), second.Event.Sequence)
+			require.NoError(t, e.c.Nack(e.ctx, second, "retry"))
+			e.clk.Advance(time.Minute)
+
+			got := e.fetch(s, g, rheo.FetchOptions{Limit: 1})
+			require.Equal(t, []pos{{0, 2}}, positions(got), "the available delivery, not the poison nor a new event")
+			dls := e.deadLetters(s, g)
+			require.Len(t, dls, 1)
+			require.Equal(t, int64(1), dls[0].Sequence)
+			require.Equal(t, "max_attempts: lease expired", dls[0].Reason)
+			require.ErrorIs(t, e.c.Ack(e.ctx, poison), rheo.ErrStaleLease)
+		}},
+		{"a_fetch_buries_all_poison_of_its_partitions", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 6)
+			e.appendN(s, 1, 2)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 8, Partitions: []int{0}})
+			require.Len(t, ls, 6)
+			require.NoError(t, e.c.Nack(e.ctx, ls[0], "x", rheo.Delay(time.Hour))) // dead at once: MaxAttempts 1
+			e.clk.Advance(time.Minute)
+			// Partition 0 now holds five expired leases at the limit. One
+			// fetch of partition 0 with room for one claim buries them all,
+			// wherever they sit, and claims nothing (no other work there).
+			require.Empty(t, e.fetch(s, g, rheo.FetchOptions{Limit: 1, Partitions: []int{0}}))
+			dls := e.deadLetters(s, g)
+			require.Len(t, dls, 6)
+			for i, dl := range dls {
+				require.Equal(t, int64(i+1), dl.Sequence)
+			}
+			for _, l := range ls[1:] {
+				require.ErrorIs(t, e.c.Ack(e.ctx, l), rheo.ErrStaleLease, "late ack of %s", leaseName(l))
+			}
+			e.requireLag(s, g, 0, 6, 6)
+			e.requireLag(s, g, 1, 0, 2)
+		}},
+		{"poison_above_a_claim_is_buried_too", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 4)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 2})
+			first := e.fetchN(s, g, 1)[0]
+			require.NoError(t, e.c.Nack(e.ctx, first, "later", rheo.Delay(2*time.Minute)))
+			e.fetchN(s, g, 2) // 2 and 3, attempt 1
+			e.clk.Advance(time.Minute)
+			ls := e.fetchN(s, g, 2) // 2 and 3 again, attempt 2: at the limit
+			require.Equal(t, []pos{{0, 2}, {0, 3}}, positions(ls))
+			e.clk.Advance(2 * time.Minute)
+			// Sequence 1 is due; 2 and 3 are poison above it.
+			got := e.fetch(s, g, rheo.FetchOptions{Limit: 1})
+			require.Equal(t, []pos{{0, 1}}, positions(got))
+			dls := e.deadLetters(s, g)
+			require.Len(t, dls, 2)
+			require.Equal(t, []int64{2, 3}, []int64{dls[0].Sequence, dls[1].Sequence})
+			require.ErrorIs(t, e.c.Ack(e.ctx, ls[1]), rheo.ErrStaleLease)
+		}},
+		{"settle_and_renew_fence_on_the_event_id", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			l := e.fetchN(s, g, 1)[0]
+			forged := l
+			forged.Event.ID = evs[1].ID
+			require.ErrorIs(t, e.c.Ack(e.ctx, forged), rheo.ErrStaleLease)
+			require.ErrorIs(t, e.c.Nack(e.ctx, forged, "x"), rheo.ErrStaleLease)
+			require.ErrorIs(t, e.c.Reject(e.ctx, forged, "x"), rheo.ErrStaleLease)
+			_, err := e.c.Renew(e.ctx, forged, time.Minute)
+			require.ErrorIs(t, err, rheo.ErrStaleLease)
+			require.ErrorIs(t, e.c.AckBatch(e.ctx, []rheo.Lease{forged}), rheo.ErrStaleLease)
+			forged.Event.ID = "no-such-event"
+			require.ErrorIs(t, e.c.Ack(e.ctx, forged), rheo.ErrStaleLease)
+			require.Equal(t, int64(1), e.info(s, g).Inflight, "a forged settle changed nothing")
+			e.ack(l)
+			e.requireLag(s, g, 0, 1, 2)
+		}},
+		{"limit_is_shared_quota_first_then_in_turn", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(3)
+			e.appendN(s, 0, 10)
+			e.appendN(s, 2, 10)
+			g := e.group(s, rheo.GroupConfig{})
+			// First fetch serves partition 0 first: quotas of 3 give 0:3,
+			// 1:0, 2:3; the 3 left go to partition 0, which has them.
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 9})
+			require.Equal(t, map[int]int{0: 6, 2: 3}, perPartition(ls))
+			// The second starts at partition 1: quotas give 1:0, 2:3, 0:3,
+			// then the 3 left go to partition 2 before partition 0.
+			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 9})
+			require.Equal(t, map[int]int{0: 3, 2: 6}, perPartition(ls))
+		}},
+	})
+}
+
+func perPartition(ls []rheo.Lease) map[int]int {
+	out := map[int]int{}
+	for _, l := range ls {
+		out[l.Event.Partition]++
+	}
+	return out
+}
