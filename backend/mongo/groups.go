@@ -24,6 +24,7 @@ type groupDoc struct {
 	StreamTok   string  `bson:"stok"`
 	MaxAttempts int     `bson:"ma"`
 	Start       []int64 `bson:"start"`
+	StartTrim   []int64 `bson:"strim"`
 	CreatedAt   int64   `bson:"ca"`
 }
 
@@ -65,7 +66,9 @@ type pstate struct {
 	Gone   bool   `bson:"gone,omitempty"`
 	Cursor int64  `bson:"cur"`
 	// Skipped counts events trims removed that the group had not acked.
-	Skipped int64      `bson:"sk,omitempty"`
+	Skipped int64 `bson:"sk,omitempty"`
+	// Trimmed is the partition's trimmed point this version has applied.
+	Trimmed int64      `bson:"tr,omitempty"`
 	Dels    []delivery `bson:"d"`
 }
 
@@ -149,12 +152,17 @@ func (b *Backend) CreateGroup(ctx context.Context, spec rheo.GroupSpec) error {
 		return err
 	}
 	start := make([]int64, s.Partitions)
+	trims := make([]int64, s.Partitions)
 	for p := range start {
-		start[p] = spec.Start[p]
+		t, err := b.trimmed(ctx, s.Name, s.Tok, p)
+		if err != nil {
+			return err
+		}
+		start[p], trims[p] = max(spec.Start[p], t), t
 	}
 	g := groupDoc{
 		ID: key(spec.Stream, spec.Group), Stream: spec.Stream, Group: spec.Group, Tok: newToken(), StreamTok: s.Tok,
-		MaxAttempts: spec.MaxAttempts, Start: start, CreatedAt: toNanos(spec.CreatedAt),
+		MaxAttempts: spec.MaxAttempts, Start: start, StartTrim: trims, CreatedAt: toNanos(spec.CreatedAt),
 	}
 	if _, err := b.groups.InsertOne(ctx, g); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
@@ -190,16 +198,68 @@ func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, erro
 }
 
 // state reads the current state of group g in partition p.
+//
+// The partition's trimmed point is applied to the state it returns (see
+// applyTrim); trimmed reports how many events that removed from the group
+// (skipped: not acked; dead: dead letters) and dirty whether the state
+// differs from the stored version.
 func (b *Backend) state(ctx context.Context, g *groupDoc, p int) (int64, *pstate, error) {
+	v, st, _, err := b.stateTrimmed(ctx, g, p)
+	return v, st, err
+}
+
+func (b *Backend) stateTrimmed(ctx context.Context, g *groupDoc, p int) (int64, *pstate, trimApplied, error) {
+	t, err := b.trimmed(ctx, g.Stream, g.StreamTok, p)
+	if err != nil {
+		return 0, nil, trimApplied{}, err
+	}
 	st := &pstate{}
 	v, err := b.head(ctx, b.states, g.base(p), st)
 	if err != nil {
-		return 0, nil, readErr(err, "read state of group %q partition %d", g.Group, p)
+		return 0, nil, trimApplied{}, readErr(err, "read state of group %q partition %d", g.Group, p)
 	}
 	if v == 0 {
-		st = &pstate{Cursor: g.Start[p]}
+		st = &pstate{Cursor: g.Start[p], Trimmed: g.StartTrim[p]}
 	}
-	return v, st, nil
+	return v, st, st.applyTrim(t), nil
+}
+
+// trimApplied is what applying a trim to a group's state removed.
+type trimApplied struct {
+	dirty         bool
+	skipped, dead int64
+}
+
+// applyTrim makes the state forget everything at or below the partition's
+// trimmed point t: deliveries are dropped (those not acked count as
+// skipped), and a cursor below t skips the never-offered range (counted
+// too). Trims are applied lazily, by whoever reads the state next, so a
+// trim needs no transaction across groups.
+func (s *pstate) applyTrim(t int64) trimApplied {
+	var out trimApplied
+	if t <= s.Trimmed {
+		return out
+	}
+	out.dirty = true
+	s.Dels = slices.DeleteFunc(s.Dels, func(d delivery) bool {
+		if d.Seq > t {
+			return false
+		}
+		if d.Status != stAcked {
+			out.skipped++
+		}
+		if d.Status == stDead {
+			out.dead++
+		}
+		return true
+	})
+	if s.Cursor < t {
+		out.skipped += t - max(s.Cursor, s.Trimmed)
+		s.Cursor = t
+	}
+	s.Skipped += out.skipped
+	s.Trimmed = t
+	return out
 }
 
 // stubLag is how many versions behind the head a state version is emptied.
@@ -214,15 +274,23 @@ const stubLag = 3
 // head and runs fn again, so fn must compute everything it reports afresh on
 // each call. fn returns false when nothing is to be written.
 func (b *Backend) change(ctx context.Context, g *groupDoc, p int, fn func(st *pstate) (bool, error)) error {
+	_, err := b.changeApplied(ctx, g, p, fn)
+	return err
+}
+
+// changeApplied is change, reporting what applying the partition's trimmed
+// point removed in the version it wrote (nothing when another writer
+// applied it first).
+func (b *Backend) changeApplied(ctx context.Context, g *groupDoc, p int, fn func(st *pstate) (bool, error)) (trimApplied, error) {
 	base := g.base(p)
 	for attempt := 0; ; attempt++ {
-		v, st, err := b.state(ctx, g, p)
+		v, st, applied, err := b.stateTrimmed(ctx, g, p)
 		if err != nil {
-			return err
+			return trimApplied{}, err
 		}
 		write, err := fn(st)
-		if err != nil || !write {
-			return err
+		if err != nil || !(write || applied.dirty) {
+			return trimApplied{}, err
 		}
 		st.ID, st.Stream, st.Group, st.GTok, st.Tok, st.Gone = versionID(base, v+1), g.Stream, g.Group, g.Tok, newToken(), false
 		if st.Dels == nil {
@@ -231,18 +299,18 @@ func (b *Backend) change(ctx context.Context, g *groupDoc, p int, fn func(st *ps
 		if _, err := b.states.InsertOne(ctx, st); err != nil {
 			if mongo.IsDuplicateKeyError(err) {
 				if err := backoff(ctx, attempt); err != nil {
-					return readErr(err, "update group %q partition %d", g.Group, p)
+					return trimApplied{}, readErr(err, "update group %q partition %d", g.Group, p)
 				}
 				continue
 			}
-			return writeErr(err, "update group %q partition %d", g.Group, p)
+			return trimApplied{}, writeErr(err, "update group %q partition %d", g.Group, p)
 		}
 		b.sawHead(ctx, base, v+1, true)
 		if old := v + 1 - stubLag; old >= 1 {
 			_, _ = b.states.UpdateOne(ctx, byID(versionID(base, old)),
 				bson.D{{Key: "$set", Value: bson.D{{Key: "gone", Value: true}, {Key: "d", Value: bson.A{}}}}})
 		}
-		return nil
+		return applied, nil
 	}
 }
 
@@ -328,24 +396,24 @@ func (b *Backend) claim(ctx context.Context, s *streamDoc, g *groupDoc, cache *b
 	err := b.change(ctx, g, p, func(st *pstate) (bool, error) {
 		claimed = claimed[:0]
 		write := false
+		// Every poison delivery of the partition is buried first, whatever
+		// the limit; then claimable ones go in sequence order.
+		for i := range st.Dels {
+			d := &st.Dels[i]
+			if d.Status == stLeased && d.ExpiresAt <= now && d.Attempt >= g.MaxAttempts {
+				d.Status, d.Reason, d.DeadAt, d.Lease, d.Consumer = stDead, poisonReason, now, "", ""
+				write = true
+			}
+		}
 		for i := range st.Dels {
 			if len(claimed) >= want {
 				break
 			}
 			d := &st.Dels[i]
-			switch {
-			case d.Status == stLeased && d.ExpiresAt <= now:
-				if d.Attempt >= g.MaxAttempts {
-					d.Status, d.Reason, d.DeadAt, d.Lease, d.Consumer = stDead, poisonReason, now, "", ""
-					write = true
-					continue
-				}
-			case d.Status == stAvailable && d.AvailableAt <= now:
-			default:
-				continue
+			if (d.Status == stLeased && d.ExpiresAt <= now) || (d.Status == stAvailable && d.AvailableAt <= now) {
+				b.lease(d, r)
+				claimed = append(claimed, *d)
 			}
-			b.lease(d, r)
-			claimed = append(claimed, *d)
 		}
 		if len(claimed) < want && st.Cursor < hw {
 			to := min(hw, st.Cursor+int64(want-len(claimed)))
@@ -631,12 +699,13 @@ func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 		}
 		err := b.change(ctx, g, p, func(st *pstate) (bool, error) {
 			if rewind {
+				from := max(from, st.Trimmed)
 				st.Dels = slices.DeleteFunc(st.Dels, func(d delivery) bool { return d.Seq > from })
 				st.Cursor = min(st.Cursor, from)
 			}
 			for _, ref := range refs[p] {
-				if ref.Sequence > st.Cursor {
-					continue // not offered yet: it will be, fresh
+				if ref.Sequence > st.Cursor || ref.Sequence <= st.Trimmed {
+					continue // not offered yet (it will be, fresh), or trimmed away
 				}
 				d := st.find(ref.Sequence)
 				if d == nil {
@@ -727,7 +796,7 @@ func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start ma
 	slices.Sort(parts)
 	for _, p := range parts {
 		err := b.change(ctx, g, p, func(st *pstate) (bool, error) {
-			st.Cursor, st.Dels = start[p], nil
+			st.Cursor, st.Dels = max(start[p], st.Trimmed), nil
 			return true, nil
 		})
 		if err != nil {

@@ -139,7 +139,13 @@ func (b *Backend) Stream(ctx context.Context, name string) (rheo.StreamState, er
 	if err != nil {
 		return rheo.StreamState{}, err
 	}
-	return rheo.StreamState{StreamInfo: s.info(), HighWatermarks: hw, TrimmedThrough: make([]int64, s.Partitions)}, nil
+	tt := make([]int64, s.Partitions)
+	for p := range tt {
+		if tt[p], err = b.trimmed(ctx, s.Name, s.Tok, p); err != nil {
+			return rheo.StreamState{}, err
+		}
+	}
+	return rheo.StreamState{StreamInfo: s.info(), HighWatermarks: hw, TrimmedThrough: tt}, nil
 }
 
 // ListStreams implements rheo.Backend. It reads the whole streams collection,
@@ -474,6 +480,13 @@ func (b *Backend) lookupIDs(ctx context.Context, cache *batchCache, evs []rheo.E
 		if out[i] == nil {
 			return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "mongo: batch %d of stream %q lacks event %q", ptrs[i], cache.s.Name, evs[i].ID)
 		}
+		t, err := b.trimmed(ctx, cache.s.Name, cache.s.Tok, out[i].Partition)
+		if err != nil {
+			return nil, err
+		}
+		if out[i].Sequence <= t {
+			return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "mongo: the pointer of trimmed event %q of stream %q was not removed; trim again", evs[i].ID, cache.s.Name)
+		}
 	}
 	return out, nil
 }
@@ -520,19 +533,24 @@ func (b *Backend) readable(ctx context.Context, name string) (*streamDoc, []int6
 
 // Read implements rheo.Backend.
 func (b *Backend) Read(ctx context.Context, name string, partition int, after int64, limit int) ([]rheo.Event, error) {
-	_, hw, cache, err := b.readable(ctx, name)
+	s, hw, cache, err := b.readable(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	if partition < 0 || partition >= len(hw) {
 		return []rheo.Event{}, nil
 	}
+	t, err := b.trimmed(ctx, name, s.Tok, partition)
+	if err != nil {
+		return nil, err
+	}
+	after = max(after, t)
 	return cache.readRange(ctx, partition, after+1, min(after+int64(limit), hw[partition]))
 }
 
 // Events implements rheo.Backend: one pointer lookup per ID.
 func (b *Backend) Events(ctx context.Context, name string, ids []string) ([]rheo.Event, error) {
-	_, _, cache, err := b.readable(ctx, name)
+	s, _, cache, err := b.readable(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -543,6 +561,13 @@ func (b *Backend) Events(ctx context.Context, name string, ids []string) ([]rheo
 			return nil, err
 		}
 		if e != nil {
+			t, err := b.trimmed(ctx, name, s.Tok, e.Partition)
+			if err != nil {
+				return nil, err
+			}
+			if e.Sequence <= t {
+				continue
+			}
 			out = append(out, e.event(name))
 		}
 	}
@@ -556,7 +581,7 @@ const queryChunk = 512
 // their sequence bounds (a stream has no secondary indexes), the way the
 // memory backend does.
 func (b *Backend) Query(ctx context.Context, q rheo.QuerySpec) ([]rheo.Event, error) {
-	_, hw, cache, err := b.readable(ctx, q.Stream)
+	s, hw, cache, err := b.readable(ctx, q.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -574,8 +599,12 @@ func (b *Backend) Query(ctx context.Context, q rheo.QuerySpec) ([]rheo.Event, er
 	}
 	var out []rheo.Event
 	for _, p := range parts {
-		lo := max(q.AfterSequence, q.After[p]) // exclusive
-		hi := hw[p]                            // inclusive
+		t, err := b.trimmed(ctx, s.Name, s.Tok, p)
+		if err != nil {
+			return nil, err
+		}
+		lo := max(q.AfterSequence, q.After[p], t) // exclusive
+		hi := hw[p]                               // inclusive
 		if q.UntilSequence > 0 {
 			hi = min(hi, q.UntilSequence)
 		}
