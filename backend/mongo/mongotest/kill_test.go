@@ -33,7 +33,7 @@ const (
 const (
 	mpStream = "orders"
 	mpGroup  = "fulfillment"
-	mpEvents = 3000
+	mpEvents = 2000
 )
 
 // skewClock is the wall clock plus an offset the parent test writes to a
@@ -178,7 +178,7 @@ func TestMultiProcessKill(t *testing.T) {
 	evs, err := c.AppendBatch(ctx, mpStream, ms)
 	require.NoError(t, err)
 
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
 	start := func(name, hang string) *exec.Cmd {
 		cmd := exec.CommandContext(wctx, os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1")

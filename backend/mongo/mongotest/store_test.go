@@ -73,9 +73,9 @@ func TestOpenDSN(t *testing.T) {
 	require.NoError(t, c.Close())
 
 	for _, bad := range []string{
-		dsnFor(srv.URI, ""),                 // no database
-		"mongodb://127.0.0.1:1/a.b",         // bad database name
-		"mongodb://127.0.0.1:1/db?w=bogus&", // driver rejects the options
+		dsnFor(srv.URI, ""),                              // no database
+		"mongodb://127.0.0.1:1/a.b",                      // bad database name
+		"mongodb://127.0.0.1:1/db?connectTimeoutMS=soon", // the driver rejects the option
 	} {
 		_, err := rheo.Open(ctx, bad)
 		require.ErrorIs(t, err, rheo.ErrInvalidArgument, bad)
