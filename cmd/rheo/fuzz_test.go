@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzReadLines feeds arbitrary stdin to append's line reader: it returns
-// one payload per non-blank line, each valid JSON and equal to the trimmed
+// one input per non-blank line, each valid JSON and equal to the trimmed
 // line, or an error naming the line at fault; it never panics.
 func FuzzReadLines(f *testing.F) {
 	for _, s := range []string{"{\"a\":1}\n{\"b\":2}\n", "\n\n  \n", "{\"a\":1}\r\n{}", "{\"a\":\n1}", "x\n", "{}\n[1]\n\"s\"\n",
@@ -32,14 +32,18 @@ func FuzzReadLines(f *testing.F) {
 					return
 				}
 			}
-			t.Fatalf("readLines(%q) refused input whose every line is valid JSON: %v", in, err)
+			// Every line is JSON: only an envelope's fields can be at fault.
+			if strings.Contains(err.Error(), "not valid JSON") {
+				t.Fatalf("readLines(%q) refused input whose every line is valid JSON: %v", in, err)
+			}
+			return
 		}
 		if len(out) != len(want) {
 			t.Fatalf("readLines(%q) returned %d payloads, want %d", in, len(out), len(want))
 		}
 		for i := range out {
-			if !bytes.Equal(out[i], want[i]) || !json.Valid(out[i]) {
-				t.Fatalf("readLines(%q) payload %d = %q, want %q", in, i, out[i], want[i])
+			if !bytes.Equal(out[i].raw, want[i]) || !json.Valid(out[i].raw) {
+				t.Fatalf("readLines(%q) payload %d = %q, want %q", in, i, out[i].raw, want[i])
 			}
 		}
 	})
