@@ -217,7 +217,11 @@ func TestKillWorker(t *testing.T) {
 		}
 		require.NoError(t, w.Flush())
 		if fetches == hangAfter {
-			select {} // the parent kills this process now
+			// Say so, then hold these leases until the parent kills this
+			// process: the kill surely lands while they are held.
+			fmt.Fprintln(w, "H")
+			require.NoError(t, w.Flush())
+			select {}
 		}
 		time.Sleep(3 * time.Millisecond) // the work
 		err = c.AckBatch(ctx, ls)
@@ -239,13 +243,11 @@ func TestKillWorker(t *testing.T) {
 	}
 }
 
-// holdsLeases reports whether a worker's log ends with fetched events whose
-// acks are not logged yet.
+// holdsLeases reports whether a worker's log says it stopped dead holding
+// the leases of its last fetch. (A log that merely ends with fetches is not
+// enough: the worker may be about to ack them, and a kill landing after the
+// ack leaves nothing to redeliver.)
 func holdsLeases(path string) bool {
 	b, err := os.ReadFile(path)
-	if err != nil || len(b) == 0 || b[len(b)-1] != '\n' {
-		return false
-	}
-	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	return strings.HasPrefix(lines[len(lines)-1], "F ")
+	return err == nil && strings.HasSuffix(string(b), "\nH\n")
 }
