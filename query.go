@@ -176,6 +176,9 @@ func (c *Client) querySpec(ctx context.Context, q Query) (QuerySpec, error) {
 		if !utf8.ValidString(v) {
 			return QuerySpec{}, Errorf(ErrInvalidArgument, "metadata filter %q: value is not valid UTF-8", k)
 		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return QuerySpec{}, Errorf(ErrInvalidArgument, "metadata filter %q: value contains a NUL byte (no stored value can)", k)
+		}
 	}
 	if len(q.Payload) > 0 {
 		norm := make(map[string]any, len(q.Payload))
@@ -244,11 +247,14 @@ func normValue(path string, v any) (any, error) {
 		if !utf8.ValidString(x) {
 			return nil, Errorf(ErrInvalidArgument, "payload field %q: value is not valid UTF-8", path)
 		}
+		if strings.IndexByte(x, 0) >= 0 {
+			return nil, Errorf(ErrInvalidArgument, "payload field %q: value contains a NUL character (no stored payload can)", path)
+		}
 		return x, nil
 	case nil, bool:
 		return x, nil
 	case int:
-		return int64(x), nil
+		return normValue(path, int64(x))
 	case int8:
 		return int64(x), nil
 	case int16:
@@ -256,6 +262,9 @@ func normValue(path string, v any) (any, error) {
 	case int32:
 		return int64(x), nil
 	case int64:
+		if x >= 1<<53 || x <= -(1<<53) {
+			return nil, Errorf(ErrInvalidArgument, "payload field %q: %d is beyond ±2^53, where stores disagree on equality", path, x)
+		}
 		return x, nil
 	case uint:
 		return normValue(path, float64(x))
@@ -273,13 +282,16 @@ func normValue(path string, v any) (any, error) {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return nil, Errorf(ErrInvalidArgument, "payload field %q: %v is not a JSON number", path, x)
 		}
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+		if math.Abs(x) >= 1<<53 {
+			return nil, Errorf(ErrInvalidArgument, "payload field %q: %v is beyond ±2^53, where stores disagree on equality", path, x)
+		}
+		if x == math.Trunc(x) {
 			return int64(x), nil
 		}
 		return x, nil
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
-			return i, nil
+			return normValue(path, i)
 		}
 		f, err := x.Float64()
 		if err != nil {
