@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -115,4 +116,56 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 	evs, err := c.Query(ctx, rheo.Query{Stream: "s", Metadata: map[string]string{"k": "v"}})
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
+}
+
+// TestMisconfiguredStoreNamesTheFix runs a read command against a missing
+// database, an unknown role and a schema that was never migrated: one
+// `rheo:` line naming the fix, exit 1, and no store created.
+func TestMisconfiguredStoreNamesTheFix(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("RHEO_TEST_POSTGRES")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable under CI: %v", dsn, err)
+		}
+		t.Skipf("SKIPPING: PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable: %v", dsn, err)
+	}
+	defer conn.Close(ctx)
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	schema := "rheo_cli_unmigrated_" + hex.EncodeToString(rnd[:])
+	change := func(f func(u *url.URL)) string {
+		u, err := url.Parse(dsn)
+		require.NoError(t, err)
+		f(u)
+		return u.String()
+	}
+	for _, tc := range []struct{ name, dsn, want string }{
+		{"missing database", change(func(u *url.URL) { u.Path = "/rheo_no_such_database" }), "the database does not exist: create it or fix the DSN"},
+		{"unknown role", change(func(u *url.URL) { u.User = url.UserPassword("rheo_no_such_role", "x") }), "check the user and password in the DSN"},
+		{"unmigrated schema", change(func(u *url.URL) {
+			q := u.Query()
+			q.Set("rheo_schema", schema)
+			u.RawQuery = q.Encode()
+		}), "run `rheo migrate --dsn DSN`"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := rheoRun("--dsn", tc.dsn, "streams")
+			require.Equal(t, exitError, code, errOut)
+			require.Empty(t, out)
+			require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+			require.True(t, strings.HasPrefix(errOut, "rheo: "), errOut)
+			require.Contains(t, errOut, "misconfigured")
+			require.Contains(t, errOut, tc.want)
+		})
+	}
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n))
+	require.Zero(t, n, "a read command never creates the schema")
 }
