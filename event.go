@@ -266,6 +266,9 @@ func compactObject(arena *[]byte, p json.RawMessage) (json.RawMessage, error) {
 	} else {
 		out, err := payload.Compact(*arena, p)
 		if err != nil {
+			if strings.HasPrefix(err.Error(), "payload") {
+				return nil, Wrap(ErrInvalidArgument, err, "")
+			}
 			return nil, Wrap(ErrInvalidArgument, err, "payload")
 		}
 		*arena = out
