@@ -228,18 +228,27 @@ func redactPassword(msg, dsn string) string {
 	if !ok {
 		return msg
 	}
-	if end := strings.IndexAny(rest, "/?"); end >= 0 {
-		rest = rest[:end]
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		rest = rest[:q]
 	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return msg
+	// Where the authority ends is itself in doubt in a DSN that does not
+	// parse (a user name holding '/' or '@'): redact every reading of it.
+	var auths []string
+	if end := strings.IndexByte(rest, '/'); end >= 0 {
+		auths = append(auths, rest[:end])
 	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok || pw == "" {
-		return msg
+	auths = append(auths, rest)
+	for _, a := range auths {
+		for _, at := range []int{strings.LastIndex(a, "@"), strings.Index(a, "@")} {
+			if at < 0 {
+				continue
+			}
+			if _, pw, ok := strings.Cut(a[:at], ":"); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
 	}
-	return strings.ReplaceAll(msg, pw, "xxxxx")
+	return msg
 }
 
 // Schema returns the schema holding the backend's tables.
