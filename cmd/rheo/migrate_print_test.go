@@ -73,19 +73,9 @@ func TestMigratePrintRefusesBackendsWithoutSQL(t *testing.T) {
 // (RHEO_TEST_POSTGRES), skipping loudly without it except under CI=true.
 func TestMigratePrintScriptMigrates(t *testing.T) {
 	t.Parallel()
-	dsn := os.Getenv("RHEO_TEST_POSTGRES")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable under CI: %v", dsn, err)
-		}
-		t.Skipf("SKIPPING: PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable: %v", dsn, err)
-	}
+	dsn, conn := testPostgres(ctx, t)
 	defer conn.Close(ctx)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -103,7 +93,7 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 	withSchema := dsn + sep + "rheo_schema=" + schema
 	script, errOut, code := rheoRun("--dsn", withSchema, "migrate", "--print")
 	require.Equal(t, exitOK, code, errOut)
-	_, err = conn.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
+	_, err := conn.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
 	require.NoError(t, err)
 
 	c, err := rheo.Open(ctx, withSchema)
@@ -123,19 +113,9 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 // `rheo:` line naming the fix, exit 1, and no store created.
 func TestMisconfiguredStoreNamesTheFix(t *testing.T) {
 	t.Parallel()
-	dsn := os.Getenv("RHEO_TEST_POSTGRES")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable under CI: %v", dsn, err)
-		}
-		t.Skipf("SKIPPING: PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable: %v", dsn, err)
-	}
+	dsn, conn := testPostgres(ctx, t)
 	defer conn.Close(ctx)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -168,4 +148,23 @@ func TestMisconfiguredStoreNamesTheFix(t *testing.T) {
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n))
 	require.Zero(t, n, "a read command never creates the schema")
+}
+
+// testPostgres connects to the test server (RHEO_TEST_POSTGRES or the local
+// one), skipping loudly when it is unreachable except under CI=true, where
+// the test fails.
+func testPostgres(ctx context.Context, t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	dsn := os.Getenv("RHEO_TEST_POSTGRES")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable under CI: %v", dsn, err)
+		}
+		t.Skipf("SKIPPING: PostgreSQL at RHEO_TEST_POSTGRES (%s) is unreachable: %v", dsn, err)
+	}
+	return dsn, conn
 }
