@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/rheo-go/rheo"
+	rdsn "github.com/rheo-go/rheo/internal/dsn"
 	"github.com/rheo-go/rheo/internal/notify"
 )
 
@@ -127,7 +128,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	}
 	copts := options.Client().ApplyURI(dsn)
 	if err := copts.Validate(); err != nil {
-		return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "mongo: DSN %q", redact(dsn))
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "mongo: DSN does not parse: %s", rdsn.ParseError(dsn, func(s string) error {
+			return options.Client().ApplyURI(s).Validate()
+		}))
 	}
 	client, err := mongo.Connect(copts)
 	if err != nil {
@@ -151,16 +154,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 func openDSN(ctx context.Context, dsn string) (rheo.Backend, error) { return Open(ctx, dsn) }
 
 // redact hides a DSN's password in error messages.
-func redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return dsn
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+func redact(dsn string) string { return rdsn.Redact(dsn) }
 
 // Client returns the MongoDB client the backend uses.
 func (b *Backend) Client() *mongo.Client { return b.client }

@@ -41,6 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/rheo-go/rheo"
+	rdsn "github.com/rheo-go/rheo/internal/dsn"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
@@ -163,7 +164,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "postgres: DSN does not parse: %v", redactPassword(redact(err), dsn))
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "postgres: DSN does not parse: %v", parseError(dsn))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -209,46 +210,12 @@ func splitSchema(dsn string) (string, string, error) {
 	return base + "?" + strings.Join(keep, "&"), schema, nil
 }
 
-// redact keeps passwords out of DSN parse errors.
-func redact(err error) string {
-	s := err.Error()
-	if i := strings.Index(s, "://"); i >= 0 {
-		if j := strings.Index(s[i:], "@"); j >= 0 {
-			return s[:i+3] + "…" + s[i+j:]
-		}
-	}
-	return s
-}
-
-// redactPassword removes the DSN's password from msg wherever it appears
-// (a parse error may quote the authority whole, and a user name holding '@'
-// defeats redact's cut).
-func redactPassword(msg, dsn string) string {
-	_, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return msg
-	}
-	if q := strings.IndexByte(rest, '?'); q >= 0 {
-		rest = rest[:q]
-	}
-	// Where the authority ends is itself in doubt in a DSN that does not
-	// parse (a user name holding '/' or '@'): redact every reading of it.
-	var auths []string
-	if end := strings.IndexByte(rest, '/'); end >= 0 {
-		auths = append(auths, rest[:end])
-	}
-	auths = append(auths, rest)
-	for _, a := range auths {
-		for _, at := range []int{strings.LastIndex(a, "@"), strings.Index(a, "@")} {
-			if at < 0 {
-				continue
-			}
-			if _, pw, ok := strings.Cut(a[:at], ":"); ok && pw != "" {
-				msg = strings.ReplaceAll(msg, pw, "xxxxx")
-			}
-		}
-	}
-	return msg
+// parseError says why dsn does not parse without showing its password.
+func parseError(dsn string) error {
+	return rdsn.ParseError(dsn, func(s string) error {
+		_, err := pgxpool.ParseConfig(s)
+		return err
+	})
 }
 
 // Schema returns the schema holding the backend's tables.

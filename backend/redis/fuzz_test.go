@@ -136,3 +136,23 @@ func TestDSNWaitReplicas(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDSNRedaction checks that a DSN which does not parse never echoes its
+// password, or any part of it, in the error parseDSN returns. The password
+// starts with a marker found nowhere else, so that any echo of it shows.
+func FuzzDSNRedaction(f *testing.F) {
+	f.Add("u", "s3cret-pw", "h:x/0")
+	f.Add("?", "000000", "0:0/0?0")
+	f.Add("u@", "s3cret@pw", "h/d?db=z")
+	f.Add("u", "s3cret pw", "h:6379/0")
+	f.Fuzz(func(t *testing.T, user, password, rest string) {
+		const marker = "Pw0rdMark"
+		if strings.Contains(user+rest, marker) {
+			return
+		}
+		dsn := "redis://" + user + ":" + marker + password + "@" + rest
+		if _, _, err := parseDSN(dsn); err != nil && strings.Contains(err.Error(), marker) {
+			t.Fatalf("DSN %q: error %q shows the password", dsn, err)
+		}
+	})
+}

@@ -29,6 +29,7 @@ package redis
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -42,6 +43,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/rheo-go/rheo"
+	rdsn "github.com/rheo-go/rheo/internal/dsn"
 )
 
 func init() {
@@ -140,8 +142,24 @@ func Open(_ context.Context, dsn string) (rheo.Backend, error) {
 }
 
 // parseDSN splits a DSN into go-redis's options and the backend's; it
-// connects to nothing, so it can be checked on any input.
+// connects to nothing, so it can be checked on any input. Its errors never
+// show the DSN's password: they are those of the DSN with it hidden.
 func parseDSN(dsn string) (*goredis.Options, []Option, error) {
+	o, opts, err := parseDSNText(dsn)
+	if err == nil {
+		return o, opts, nil
+	}
+	err = rdsn.ParseError(dsn, func(s string) error {
+		_, _, err := parseDSNText(s)
+		return err
+	})
+	if !errors.Is(err, rheo.ErrInvalidArgument) {
+		err = rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")
+	}
+	return nil, nil, err
+}
+
+func parseDSNText(dsn string) (*goredis.Options, []Option, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return nil, nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN does not parse")

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rheo-go/rheo"
+	rdsn "github.com/rheo-go/rheo/internal/dsn"
 )
 
 func main() {
@@ -277,18 +278,4 @@ func embedded(dsn string) bool {
 }
 
 // redact hides a password in a URL-style DSN before it is printed.
-func redact(dsn string) string {
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return dsn
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return dsn
-	}
-	userinfo := rest[:at]
-	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
-		return scheme + "://" + user + ":xxxxx" + rest[at:]
-	}
-	return dsn
-}
+func redact(dsn string) string { return rdsn.Redact(dsn) }

@@ -80,6 +80,18 @@ func TestOpenDSN(t *testing.T) {
 		_, err := rheo.Open(ctx, bad)
 		require.ErrorIs(t, err, rheo.ErrInvalidArgument, bad)
 	}
+	// A DSN that does not parse is refused without its password in the error.
+	for _, bad := range []string{
+		"mongodb://u:Pw0rd Mark@127.0.0.1:x/db",                  // the port does not parse
+		"mongodb://u:Pw0rdMark@127.0.0.1:1/db?connectTimeoutMS=x", // the driver rejects the option
+		"mongodb://u:Pw0rd@Mark@127.0.0.1:1",                     // an unencoded '@', no database
+		"mongodb://u:Pw0rd%zzMark@127.0.0.1:1/db",                // a bad escape in the password
+	} {
+		_, err := rheo.Open(ctx, bad)
+		require.ErrorIs(t, err, rheo.ErrInvalidArgument, bad)
+		require.NotContains(t, err.Error(), "Pw0rd", bad)
+		require.NotContains(t, err.Error(), "Mark", bad)
+	}
 	_, err = rmongo.New(nil, "db")
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 	_, err = rmongo.New(client, "")
