@@ -81,16 +81,20 @@ type Backend interface {
 	// when it is not one of the group's dead letters).
 	DeadLetters(ctx context.Context, stream, group, after string, limit int) ([]DeadLetter, error)
 
-	// Replay reopens deliveries (SPEC R8). See ReplayRequest.
-	Replay(ctx context.Context, r ReplayRequest) error
+	// Replay reopens deliveries (SPEC R8) and returns how many of them the
+	// group had been offered: events of the range at or below its cursor
+	// and above the trimmed point. See ReplayRequest.
+	Replay(ctx context.Context, r ReplayRequest) (int, error)
 	// Redrive makes the named dead letters (all when ids is empty) available
 	// again with attempts reset, lowering the frontier below each. It returns
 	// how many it reopened; IDs that are not dead letters are ignored.
 	Redrive(ctx context.Context, stream, group string, ids []string) (int, error)
 	// ResetGroup forgets every delivery, lease and dead letter of the group
 	// in the given partitions and restarts each after start[partition]
-	// (cursor and frontier both set to it).
-	ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error
+	// (cursor and frontier both set to it). It returns how many events the
+	// group had been offered above its new start: the deliveries it will be
+	// offered again.
+	ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error)
 
 	// DeleteGroup removes a group and everything it holds: cursor,
 	// frontier, deliveries, leases and dead letters. Settles and renewals of
@@ -255,6 +259,8 @@ type SettleRequest struct {
 // GroupStats are the counts of GroupInfo that a backend computes.
 type GroupStats struct {
 	Inflight, Available, DeadLetters int64
+	// MaxAttempts is the group's attempt limit, as created.
+	MaxAttempts int
 	// Skipped counts events trims removed that the group had not acked:
 	// dead letters, and with a forced trim pending or unoffered events.
 	Skipped int64
@@ -271,7 +277,7 @@ type ReplayRequest struct {
 	FromSequence map[int]int64
 	// Events reopens exactly these events (creating their delivery when it
 	// was compacted away or reset); events the group has not been offered
-	// yet are left alone.
+	// yet are left alone. The facade passes each event once.
 	Events []EventRef
 }
 

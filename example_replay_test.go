@@ -24,9 +24,9 @@ func Example_replay() {
 	fmt.Println("before replay: lag", lag.Total)
 
 	// Reopen everything after sequence 1.
-	_ = client.Replay(ctx, "orders", "billing", rheo.FromSequence(1))
+	reopened, _ := client.Replay(ctx, "orders", "billing", rheo.FromSequence(1))
 	lag, _ = client.Lag(ctx, "orders", "billing")
-	fmt.Println("after replay: lag", lag.Total)
+	fmt.Println("after replay: reopened", reopened, "lag", lag.Total)
 
 	leases, _ = client.Fetch(ctx, "orders", "billing", rheo.FetchOptions{Limit: 10})
 	for _, l := range leases {
@@ -34,7 +34,7 @@ func Example_replay() {
 	}
 	// Output:
 	// before replay: lag 0
-	// after replay: lag 2
+	// after replay: reopened 2 lag 2
 	// redelivered sequence 2 attempt 1
 	// redelivered sequence 3 attempt 1
 }

@@ -80,6 +80,8 @@ type GroupInfo struct {
 	Available int64
 	// DeadLetters counts the group's dead letters.
 	DeadLetters int64
+	// MaxAttempts is the group's attempt limit, as created.
+	MaxAttempts int
 	// OldestPending is the timestamp of the oldest event not terminal for
 	// the group; zero when there is none.
 	OldestPending time.Time
@@ -218,7 +220,8 @@ func (c *Client) GroupInfo(ctx context.Context, stream, group string) (GroupInfo
 		return GroupInfo{}, err
 	}
 	info := GroupInfo{Stream: stream, Group: group, Lag: lag,
-		Inflight: st.Inflight, Available: st.Available, DeadLetters: st.DeadLetters, Skipped: st.Skipped}
+		Inflight: st.Inflight, Available: st.Available, DeadLetters: st.DeadLetters, Skipped: st.Skipped,
+		MaxAttempts: st.MaxAttempts}
 	state, err := c.b.Stream(ctx, stream)
 	if err != nil {
 		return GroupInfo{}, err
@@ -284,24 +287,26 @@ func (c *Client) Redrive(ctx context.Context, stream, group string, eventIDs ...
 
 // ResetGroup forgets everything of the group in its partitions (deliveries,
 // leases, dead letters) and restarts them at opts.Start. It requires
-// opts.Confirm (ErrConfirmRequired).
-func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts ResetOptions) error {
+// opts.Confirm (ErrConfirmRequired). It returns how many deliveries it
+// reopened: events the group had been offered above its new start, which
+// it will be offered again (a reset to Latest reopens none).
+func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts ResetOptions) (int, error) {
 	if !opts.Confirm {
-		return Errorf(ErrConfirmRequired, "reset of group %q on stream %q forgets its progress; set Confirm", group, stream)
+		return 0, Errorf(ErrConfirmRequired, "reset of group %q on stream %q forgets its progress; set Confirm", group, stream)
 	}
 	if err := c.check(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := checkStreamGroup(stream, group); err != nil {
-		return err
+		return 0, err
 	}
 	st, err := c.b.Stream(ctx, stream)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	start, err := c.resolveStart(ctx, st, opts.Start, opts.Partitions)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return c.b.ResetGroup(ctx, stream, group, start)
 }

@@ -52,9 +52,13 @@ const replayChunk = 1000
 // holders' settles become stale), with attempts starting again from 0. It
 // rewinds the cursor and lowers the frontier; events and other groups are
 // never touched.
-func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, partitions ...int) (err error) {
+//
+// It returns how many deliveries it reopened: the events of the range the
+// group had already been offered. Events of the range it has not been
+// offered yet are delivered in their turn anyway, and are not counted.
+func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, partitions ...int) (reopened int, err error) {
 	if err := c.check(); err != nil {
-		return err
+		return 0, err
 	}
 	if c.opts.ins != nil {
 		var end func(OperationResult)
@@ -62,29 +66,29 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 		defer func() { end(OperationResult{Err: err}) }()
 	}
 	if err := checkStreamGroup(stream, group); err != nil {
-		return err
+		return 0, err
 	}
 	n, err := c.partitionCount(ctx, stream)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	parts, err := scope(stream, partitions, n)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// Report a missing group before anything about the range.
 	if _, err := c.b.Lag(ctx, stream, group); err != nil {
-		return err
+		return 0, err
 	}
 	req := ReplayRequest{Stream: stream, Group: group}
 	switch from.kind {
 	case replayFromSequence:
 		if from.seq < 0 {
-			return Errorf(ErrInvalidArgument, "replay from sequence %d is negative", from.seq)
+			return 0, Errorf(ErrInvalidArgument, "replay from sequence %d is negative", from.seq)
 		}
 		st, err := c.b.Stream(ctx, stream)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		req.FromSequence = make(map[int]int64, len(parts))
 		for _, p := range parts {
@@ -100,14 +104,14 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 				OrderBy: []Order{Asc(OrderSequence)}, Limit: 1,
 			}})
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if len(evs) > 0 {
 				req.FromSequence[p] = evs[0].Sequence - 1
 			}
 		}
 		if len(req.FromSequence) == 0 {
-			return Errorf(ErrNoEventsInRange, "replay of group %q: no event of stream %q at or after %s", group, stream, from.at.Format(time.RFC3339Nano))
+			return 0, Errorf(ErrNoEventsInRange, "replay of group %q: no event of stream %q at or after %s", group, stream, from.at.Format(time.RFC3339Nano))
 		}
 		return c.b.Replay(ctx, req)
 	case replayMatching:
@@ -115,15 +119,15 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 	case replayEvents:
 		return c.replayEvents(ctx, req, from.ids, parts)
 	}
-	return Errorf(ErrInvalidArgument, "replay of group %q: no range given (use FromSequence, FromTime, Matching or Events)", group)
+	return 0, Errorf(ErrInvalidArgument, "replay of group %q: no range given (use FromSequence, FromTime, Matching or Events)", group)
 }
 
-func (c *Client) replayMatching(ctx context.Context, req ReplayRequest, q Query, parts []int) error {
+func (c *Client) replayMatching(ctx context.Context, req ReplayRequest, q Query, parts []int) (int, error) {
 	if q.Stream == "" {
 		q.Stream = req.Stream
 	}
 	if q.Stream != req.Stream {
-		return Errorf(ErrInvalidArgument, "replay of stream %q with a query of stream %q", req.Stream, q.Stream)
+		return 0, Errorf(ErrInvalidArgument, "replay of stream %q with a query of stream %q", req.Stream, q.Stream)
 	}
 	if len(q.Partitions) == 0 {
 		q.Partitions = parts
@@ -133,50 +137,55 @@ func (c *Client) replayMatching(ctx context.Context, req ReplayRequest, q Query,
 			return !in
 		})
 		if len(q.Partitions) == 0 {
-			return Errorf(ErrNoEventsInRange, "replay of group %q: query partitions are outside the replay scope", req.Group)
+			return 0, Errorf(ErrNoEventsInRange, "replay of group %q: query partitions are outside the replay scope", req.Group)
 		}
 	}
 	if q.Limit == 0 {
 		q.Limit = replayChunk
 	}
-	found := 0
+	found, reopened := 0, 0
 	var refs []EventRef
 	for e, err := range c.QueryAll(ctx, q) {
 		if err != nil {
-			return err
+			return 0, err
 		}
 		found++
 		refs = append(refs, EventRef{ID: e.ID, Partition: e.Partition, Sequence: e.Sequence})
 		if len(refs) == replayChunk {
 			req.Events = refs
-			if err := c.b.Replay(ctx, req); err != nil {
-				return err
+			n, err := c.b.Replay(ctx, req)
+			reopened += n
+			if err != nil {
+				return reopened, err
 			}
 			refs = refs[:0:0]
 		}
 	}
 	if found == 0 {
-		return Errorf(ErrNoEventsInRange, "replay of group %q: the query matches no event of stream %q", req.Group, req.Stream)
+		return 0, Errorf(ErrNoEventsInRange, "replay of group %q: the query matches no event of stream %q", req.Group, req.Stream)
 	}
 	if len(refs) == 0 {
-		return nil
+		return reopened, nil
 	}
 	req.Events = refs
-	return c.b.Replay(ctx, req)
+	n, err := c.b.Replay(ctx, req)
+	return reopened + n, err
 }
 
-func (c *Client) replayEvents(ctx context.Context, req ReplayRequest, ids []string, parts []int) error {
+func (c *Client) replayEvents(ctx context.Context, req ReplayRequest, ids []string, parts []int) (int, error) {
 	for _, e := range ids {
 		if err := checkName("event ID", e); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	// Resolve every ID before reopening anything: an unknown ID writes nothing.
+	// Resolve every ID before reopening anything: an unknown ID writes
+	// nothing. An ID named twice is reopened (and counted) once.
 	var refs []EventRef
+	seen := make(map[string]bool, len(ids))
 	for chunk := range slices.Chunk(ids, replayChunk) {
 		evs, err := c.b.Events(ctx, req.Stream, chunk)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		byID := make(map[string]Event, len(evs))
 		for _, e := range evs {
@@ -185,18 +194,22 @@ func (c *Client) replayEvents(ctx context.Context, req ReplayRequest, ids []stri
 		for _, eid := range chunk {
 			e, ok := byID[eid]
 			if !ok {
-				return Errorf(ErrInvalidArgument, "replay of group %q: event %q is not in stream %q", req.Group, eid, req.Stream)
+				return 0, Errorf(ErrInvalidArgument, "replay of group %q: event %q is not in stream %q", req.Group, eid, req.Stream)
 			}
-			if _, in := slices.BinarySearch(parts, e.Partition); in {
+			if _, in := slices.BinarySearch(parts, e.Partition); in && !seen[e.ID] {
+				seen[e.ID] = true
 				refs = append(refs, EventRef{ID: e.ID, Partition: e.Partition, Sequence: e.Sequence})
 			}
 		}
 	}
+	reopened := 0
 	for chunk := range slices.Chunk(refs, replayChunk) {
 		req.Events = chunk
-		if err := c.b.Replay(ctx, req); err != nil {
-			return err
+		n, err := c.b.Replay(ctx, req)
+		reopened += n
+		if err != nil {
+			return reopened, err
 		}
 	}
-	return nil
+	return reopened, nil
 }

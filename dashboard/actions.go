@@ -255,26 +255,12 @@ func (d *Dashboard) run(ctx context.Context, a action) (resultView, error) {
 		if err != nil {
 			return res, err
 		}
-		var in int64 // events in the replayed range, per partition summed
-		var from rheo.Replay
+		from := rheo.FromTime(a.fromTime)
 		if a.fromSeq != nil {
 			from = rheo.FromSequence(*a.fromSeq)
-			for _, p := range before.Partitions {
-				in += max(p.HighWatermark-*a.fromSeq, 0)
-			}
-		} else {
-			from = rheo.FromTime(a.fromTime)
-			for _, p := range before.Partitions {
-				evs, err := d.c.Query(ctx, rheo.Query{Stream: a.stream, Partitions: []int{p.Partition}, From: a.fromTime, Limit: 1})
-				if err != nil {
-					return res, err
-				}
-				if len(evs) > 0 {
-					in += max(p.HighWatermark-evs[0].Sequence+1, 0)
-				}
-			}
 		}
-		if err := d.c.Replay(ctx, a.stream, a.group, from); err != nil {
+		n, err := d.c.Replay(ctx, a.stream, a.group, from)
+		if err != nil {
 			return res, err
 		}
 		after, err := d.c.Lag(ctx, a.stream, a.group)
@@ -282,7 +268,7 @@ func (d *Dashboard) run(ctx context.Context, a action) (resultView, error) {
 			return res, err
 		}
 		res.Heading = "Replayed"
-		res.Message = "Reopened the deliveries of " + formatInt(in) + " event" + plural64(in) + "."
+		res.Message = "Reopened " + formatInt(n) + " deliver" + pluralY2(n) + "."
 		res.Rows = []keyValue{{"Lag before", formatInt(before.Total)}, {"Lag after", formatInt(after.Total)}}
 	case "reset":
 		before, err := d.c.GroupInfo(ctx, a.stream, a.group)
@@ -293,7 +279,8 @@ func (d *Dashboard) run(ctx context.Context, a action) (resultView, error) {
 		if a.start == "latest" {
 			start = rheo.Latest()
 		}
-		if err := d.c.ResetGroup(ctx, a.stream, a.group, rheo.ResetOptions{Confirm: true, Start: start}); err != nil {
+		n, err := d.c.ResetGroup(ctx, a.stream, a.group, rheo.ResetOptions{Confirm: true, Start: start})
+		if err != nil {
 			return res, err
 		}
 		after, err := d.c.Lag(ctx, a.stream, a.group)
@@ -301,7 +288,8 @@ func (d *Dashboard) run(ctx context.Context, a action) (resultView, error) {
 			return res, err
 		}
 		res.Heading = "Reset"
-		res.Message = "The group restarted at " + a.start + "; " + formatInt(after.Total) + " deliver" + pluralY(after.Total) + " now pending."
+		res.Message = "The group restarted at " + a.start + "; reopened " + formatInt(n) + " deliver" + pluralY2(n) + "; " +
+			formatInt(after.Total) + " deliver" + pluralY(after.Total) + " now pending."
 		res.Rows = []keyValue{
 			{"Lag before", formatInt(before.Lag.Total)}, {"Lag after", formatInt(after.Total)},
 			{"Dead letters forgotten", formatInt(before.DeadLetters)}, {"Leases forgotten", formatInt(before.Inflight)},
@@ -317,6 +305,13 @@ func plural64(n int64) string {
 		return ""
 	}
 	return "s"
+}
+
+func pluralY2(n int) string {
+	if n == 1 {
+		return "y"
+	}
+	return "ies"
 }
 
 func pluralY(n int64) string {

@@ -82,13 +82,13 @@ func groupCalls(stream func(w *world) string, group string) []call {
 			return err
 		}},
 		{"replay_from_sequence", func(w *world) error {
-			return w.c.Replay(w.ctx, stream(w), group, rheo.FromSequence(0))
+			return errOf(w.c.Replay(w.ctx, stream(w), group, rheo.FromSequence(0)))
 		}},
 		{"replay_events", func(w *world) error {
-			return w.c.Replay(w.ctx, stream(w), group, rheo.Events(w.evs[0].ID))
+			return errOf(w.c.Replay(w.ctx, stream(w), group, rheo.Events(w.evs[0].ID)))
 		}},
 		{"reset_group", func(w *world) error {
-			return w.c.ResetGroup(w.ctx, stream(w), group, rheo.ResetOptions{Confirm: true})
+			return errOf(w.c.ResetGroup(w.ctx, stream(w), group, rheo.ResetOptions{Confirm: true}))
 		}},
 		{"redrive", func(w *world) error { _, err := w.c.Redrive(w.ctx, stream(w), group); return err }},
 	}, leaseCalls(func(w *world) rheo.Lease {
@@ -321,25 +321,25 @@ func runBadInput(t *testing.T, f Factory) {
 			return err
 		}},
 		{name: "replay_negative_sequence", want: rheo.ErrInvalidArgument, do: func(w *world) error {
-			return w.c.Replay(w.ctx, w.s, w.g, rheo.FromSequence(-1))
+			return errOf(w.c.Replay(w.ctx, w.s, w.g, rheo.FromSequence(-1)))
 		}},
 		{name: "replay_partition_out_of_range", want: rheo.ErrInvalidPartition, do: func(w *world) error {
-			return w.c.Replay(w.ctx, w.s, w.g, rheo.FromSequence(0), 0, 2)
+			return errOf(w.c.Replay(w.ctx, w.s, w.g, rheo.FromSequence(0), 0, 2))
 		}},
 		{name: "replay_event_id_control_char", want: rheo.ErrInvalidArgument, do: func(w *world) error {
-			return w.c.Replay(w.ctx, w.s, w.g, rheo.Events("a\x00"))
+			return errOf(w.c.Replay(w.ctx, w.s, w.g, rheo.Events("a\x00")))
 		}},
 		{name: "replay_matching_another_stream", want: rheo.ErrInvalidArgument, do: func(w *world) error {
-			return w.c.Replay(w.ctx, w.s, w.g, rheo.Matching(rheo.Query{Stream: "elsewhere"}))
+			return errOf(w.c.Replay(w.ctx, w.s, w.g, rheo.Matching(rheo.Query{Stream: "elsewhere"})))
 		}},
 		{name: "replay_matching_bad_query", want: rheo.ErrInvalidArgument, do: func(w *world) error {
-			return w.c.Replay(w.ctx, w.s, w.g, rheo.Matching(rheo.Query{OrderBy: []rheo.Order{{Field: "nope"}}}))
+			return errOf(w.c.Replay(w.ctx, w.s, w.g, rheo.Matching(rheo.Query{OrderBy: []rheo.Order{{Field: "nope"}}})))
 		}},
 		{name: "reset_partition_out_of_range", want: rheo.ErrInvalidPartition, do: func(w *world) error {
-			return w.c.ResetGroup(w.ctx, w.s, w.g, rheo.ResetOptions{Confirm: true, Partitions: []int{3}})
+			return errOf(w.c.ResetGroup(w.ctx, w.s, w.g, rheo.ResetOptions{Confirm: true, Partitions: []int{3}}))
 		}},
 		{name: "reset_start_beyond_high_watermark", want: rheo.ErrInvalidArgument, do: func(w *world) error {
-			return w.c.ResetGroup(w.ctx, w.s, w.g, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequences(map[int]int64{1: 2})})
+			return errOf(w.c.ResetGroup(w.ctx, w.s, w.g, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequences(map[int]int64{1: 2})}))
 		}},
 		{name: "redrive_empty_event_id", want: rheo.ErrInvalidArgument, do: func(w *world) error {
 			_, err := w.c.Redrive(w.ctx, w.s, w.g, w.evs[1].ID, "")

@@ -106,7 +106,7 @@ func runConcurrency(t *testing.T, f Factory) {
 				done <- fetchResult{ls, err}
 			}()
 			runtime.Gosched()
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			select {
 			case r := <-done:
 				require.NoError(t, r.err)

@@ -636,11 +636,14 @@ func (d *diff) replayOp() {
 		}
 	}
 	d.logf("replay %s %s partitions=%v", g.name, desc, parts)
-	_, _, re, se := both(d, func(s side, isSut bool) (struct{}, error) {
-		return struct{}{}, s.c.Replay(d.ctx, d.stream, g.name, mk(isSut), parts...)
+	ref, sut, re, se := both(d, func(s side, isSut bool) (int, error) {
+		return s.c.Replay(d.ctx, d.stream, g.name, mk(isSut), parts...)
 	})
 	d.sameErr("replay", re, se)
-	d.history[len(d.history)-1] += " -> " + errKind(re)
+	if ref != sut {
+		d.failf("replay: reference reopened %d, store %d", ref, sut)
+	}
+	d.history[len(d.history)-1] += fmt.Sprintf(" -> %d %s", ref, errKind(re))
 }
 
 func (d *diff) redriveOp() {
@@ -733,11 +736,14 @@ func (d *diff) resetOp() {
 	start, desc := d.position()
 	opts := rheo.ResetOptions{Confirm: d.rng.IntN(12) != 0, Start: start, Partitions: d.partsSubset()}
 	d.logf("reset %s start %s partitions=%v confirm=%v", g.name, desc, opts.Partitions, opts.Confirm)
-	_, _, re, se := both(d, func(s side, _ bool) (struct{}, error) {
-		return struct{}{}, s.c.ResetGroup(d.ctx, d.stream, g.name, opts)
+	ref, sut, re, se := both(d, func(s side, _ bool) (int, error) {
+		return s.c.ResetGroup(d.ctx, d.stream, g.name, opts)
 	})
 	d.sameErr("reset", re, se)
-	d.history[len(d.history)-1] += " -> " + errKind(re)
+	if ref != sut {
+		d.failf("reset: reference reopened %d, store %d", ref, sut)
+	}
+	d.history[len(d.history)-1] += fmt.Sprintf(" -> %d %s", ref, errKind(re))
 }
 
 // notFoundOp addresses a group or stream that does not exist.

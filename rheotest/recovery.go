@@ -31,7 +31,7 @@ func runReplay(t *testing.T, f Factory) {
 			evs := e.appendN(s, 0, 5)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			e.requireLag(s, g, 0, 0, 5)
 			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 100})
 			requireSameEvents(t, evs, leaseEvents(ls))
@@ -43,7 +43,7 @@ func runReplay(t *testing.T, f Factory) {
 		{"replay_reopens_acked_dead_and_leased_deliveries", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s, g, evs, held := settledMix(t, e)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			require.Empty(t, e.deadLetters(s, g), "replayed dead letters are cleared")
 			gi := e.info(s, g)
 			require.Equal(t, int64(0), gi.DeadLetters)
@@ -57,6 +57,35 @@ func runReplay(t *testing.T, f Factory) {
 				require.Equal(t, 1, l.Attempt)
 			}
 		}},
+		{"replay_reports_the_deliveries_it_reopened", func(t *testing.T, f Factory) {
+			// Only events the group was offered are counted: the rest are
+			// delivered in their turn anyway.
+			e := newEnv(t, f)
+			s := e.stream(2)
+			evs := e.appendN(s, 0, 6)
+			e.appendN(s, 1, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			e.ack(e.fetch(s, g, rheo.FetchOptions{Limit: 4, Partitions: []int{0}})...)
+			replay := func(from rheo.Replay, partitions ...int) int {
+				t.Helper()
+				n, err := e.c.Replay(e.ctx, s, g, from, partitions...)
+				require.NoError(t, err)
+				return n
+			}
+			require.Equal(t, 2, replay(rheo.FromSequence(2), 0), "seq 3 and 4 of p0; 5 and 6 were never offered")
+			require.Equal(t, 2, replay(rheo.FromSequence(0), 0), "the cursor is at 2 now")
+			require.Equal(t, 0, replay(rheo.FromSequence(0), 1), "p1 was never offered")
+			e.drain(s, g)
+			require.Equal(t, 2, replay(rheo.Events(evs[0].ID, evs[0].ID, evs[5].ID)), "an ID named twice counts once")
+			e.drain(s, g)
+			require.Equal(t, 8, replay(rheo.Matching(rheo.Query{Type: "test"})))
+			e.drain(s, g)
+			require.Equal(t, 6, replay(rheo.FromTime(evs[0].Timestamp), 0))
+			require.Equal(t, 2, replay(rheo.FromSequence(0)), "every partition: p0 was reopened already")
+			e.drain(s, g)
+			require.Equal(t, 8, replay(rheo.FromSequence(0)))
+			require.Equal(t, 0, replay(rheo.FromSequence(0)), "nothing was offered since")
+		}},
 		{"replay_restarts_attempts", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)
@@ -66,7 +95,7 @@ func runReplay(t *testing.T, f Factory) {
 			l := e.fetchN(s, g, 1)[0]
 			require.Equal(t, 2, l.Attempt)
 			require.NoError(t, e.c.Nack(e.ctx, l, "x"))
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			for want := 1; want <= 3; want++ {
 				l := e.fetchN(s, g, 1)[0]
 				require.Equal(t, want, l.Attempt)
@@ -80,7 +109,7 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 0, 4)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(2)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(2))))
 			e.requireLag(s, g, 0, 2, 4)
 			require.Equal(t, []int64{3, 4}, seqs(e.drain(s, g)))
 			e.requireLag(s, g, 0, 4, 4)
@@ -92,7 +121,7 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 1, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0), 1))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0), 1)))
 			e.requireLag(s, g, 0, 1, 1)
 			e.requireLag(s, g, 1, 0, 1)
 			require.Equal(t, []pos{{1, 1}}, eventPositions(e.drain(s, g)))
@@ -107,7 +136,7 @@ func runReplay(t *testing.T, f Factory) {
 			ol := e.fetchN(s, other, 2)
 			e.ack(ol[0])
 			before := e.info(s, other)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			require.Equal(t, before, e.info(s, other))
 			e.ack(ol[1])
 			e.requireLag(s, other, 0, 2, 3)
@@ -122,7 +151,7 @@ func runReplay(t *testing.T, f Factory) {
 			// p0: seq1@0s, seq2@2s; p1: seq1@1s, seq2@3s.
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch.Add(2*time.Second))))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch.Add(2*time.Second)))))
 			e.requireLag(s, g, 0, 1, 2)
 			e.requireLag(s, g, 1, 1, 2)
 			require.Equal(t, []pos{{0, 2}, {1, 2}}, eventPositions(e.drain(s, g)))
@@ -134,13 +163,13 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 1, 2)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch), 1))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch), 1)))
 			e.requireLag(s, g, 0, 2, 2)
 			require.Equal(t, []pos{{1, 1}, {1, 2}}, eventPositions(e.drain(s, g)))
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "test"}), 0))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "test"}), 0)))
 			e.requireLag(s, g, 1, 2, 2)
 			require.Equal(t, []pos{{0, 1}, {0, 2}}, eventPositions(e.drain(s, g)))
-			err := e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Partitions: []int{1}}), 0)
+			_, err := e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Partitions: []int{1}}), 0)
 			require.ErrorIs(t, err, rheo.ErrNoEventsInRange, "a query outside the scope matches nothing")
 		}},
 		{"from_time_with_no_event_is_no_events_in_range", func(t *testing.T, f Factory) {
@@ -150,7 +179,7 @@ func runReplay(t *testing.T, f Factory) {
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
 			before := e.snapshot()
-			err := e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch.Add(time.Hour)))
+			_, err := e.c.Replay(e.ctx, s, g, rheo.FromTime(Epoch.Add(time.Hour)))
 			require.ErrorIs(t, err, rheo.ErrNoEventsInRange)
 			require.Equal(t, before, e.snapshot())
 		}},
@@ -170,7 +199,7 @@ func runReplay(t *testing.T, f Factory) {
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
 			// A small page size makes the replay follow cursors across pages.
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "redo", Limit: 1})))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "redo", Limit: 1}))))
 			var want []pos
 			for _, ev := range evs {
 				if ev.Type == "redo" {
@@ -188,7 +217,7 @@ func runReplay(t *testing.T, f Factory) {
 			require.NoError(t, err)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "b"})))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "b"}))))
 			e.requireLag(s, g, 0, 1, 3)
 			require.Equal(t, []int64{2}, seqs(e.drain(s, g)))
 			e.requireLag(s, g, 0, 3, 3)
@@ -200,7 +229,7 @@ func runReplay(t *testing.T, f Factory) {
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
 			before := e.snapshot()
-			require.ErrorIs(t, e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "none"})), rheo.ErrNoEventsInRange)
+			require.ErrorIs(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Matching(rheo.Query{Type: "none"}))), rheo.ErrNoEventsInRange)
 			require.Equal(t, before, e.snapshot())
 		}},
 		{"events_reopens_the_named_events_in_scope", func(t *testing.T, f Factory) {
@@ -210,9 +239,9 @@ func runReplay(t *testing.T, f Factory) {
 			e1 := e.appendN(s, 1, 2)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Events(e0[1].ID, e1[0].ID), 1))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Events(e0[1].ID, e1[0].ID), 1)))
 			require.Equal(t, []string{e1[0].ID}, ids(e.drain(s, g)), "partition scope excludes p0's event")
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Events(e0[1].ID)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Events(e0[1].ID))))
 			e.requireLag(s, g, 0, 1, 2)
 			require.Equal(t, []string{e0[1].ID}, ids(e.drain(s, g)))
 		}},
@@ -223,7 +252,7 @@ func runReplay(t *testing.T, f Factory) {
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
 			before := e.snapshot()
-			err := e.c.Replay(e.ctx, s, g, rheo.Events(evs[0].ID, "no-such-event"))
+			_, err := e.c.Replay(e.ctx, s, g, rheo.Events(evs[0].ID, "no-such-event"))
 			require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 			require.Equal(t, before, e.snapshot())
 			e.requireNone(s, g)
@@ -233,9 +262,9 @@ func runReplay(t *testing.T, f Factory) {
 			s := e.stream(1)
 			evs := e.appendN(s, 0, 3)
 			g := e.group(s, rheo.GroupConfig{})
-			require.NoError(t, e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.Latest()}))
+			require.NoError(t, errOf(e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.Latest()})))
 			e.requireNone(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Events(evs[1].ID)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Events(evs[1].ID))))
 			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
 			require.Equal(t, []string{evs[1].ID}, ids(leaseEvents(ls)))
 			e.ack(ls...)
@@ -247,14 +276,14 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Events()))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Events())))
 			e.requireNone(s, g)
 		}},
 		{"replay_without_a_range_is_invalid", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)
 			g := e.group(s, rheo.GroupConfig{})
-			require.ErrorIs(t, e.c.Replay(e.ctx, s, g, rheo.Replay{}), rheo.ErrInvalidArgument)
+			require.ErrorIs(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Replay{})), rheo.ErrInvalidArgument)
 		}},
 		{"from_sequence_beyond_the_cursor_never_skips_later_events", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -262,7 +291,7 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 0, 3)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(10)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(10))))
 			e.requireLag(s, g, 0, 3, 3)
 			e.requireNone(s, g)
 			e.appendN(s, 0, 8)
@@ -274,7 +303,7 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 0, 4)
 			g := e.group(s, rheo.GroupConfig{Start: rheo.AfterSequence(2)})
 			require.Equal(t, []int64{3, 4}, seqs(e.drain(s, g)))
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			e.requireLag(s, g, 0, 0, 4)
 			require.Equal(t, []int64{1, 2, 3, 4}, seqs(e.drain(s, g)))
 		}},
@@ -283,7 +312,7 @@ func runReplay(t *testing.T, f Factory) {
 			s := e.stream(1)
 			evs := e.appendN(s, 0, 3)
 			g := e.group(s, rheo.GroupConfig{})
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.Events(evs[2].ID)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.Events(evs[2].ID))))
 			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
 			require.Equal(t, []int64{1, 2, 3}, seqs(leaseEvents(ls)), "each event offered once, in order")
 			for _, l := range ls {
@@ -298,7 +327,7 @@ func runReplay(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			old := e.fetchN(s, g, 1)[0]
-			require.NoError(t, e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))
+			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
 			fresh := e.fetchN(s, g, 1)[0]
 			require.Equal(t, 1, fresh.Attempt)
 			require.NotEqual(t, old.ID, fresh.ID)
@@ -321,7 +350,7 @@ func runReset(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s, g, _, held := settledMix(t, e)
 			before := e.snapshot()
-			err := e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Start: rheo.Beginning()})
+			_, err := e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Start: rheo.Beginning()})
 			require.ErrorIs(t, err, rheo.ErrConfirmRequired)
 			require.Equal(t, before, e.snapshot())
 			e.ack(held)
@@ -329,7 +358,7 @@ func runReset(t *testing.T, f Factory) {
 		{"reset_forgets_deliveries_leases_and_dead_letters", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s, g, evs, held := settledMix(t, e)
-			require.NoError(t, e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true}))
+			require.NoError(t, errOf(e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true})))
 			require.Empty(t, e.deadLetters(s, g))
 			gi := e.info(s, g)
 			require.Equal(t, int64(0), gi.Inflight)
@@ -351,10 +380,32 @@ func runReset(t *testing.T, f Factory) {
 			e.appendN(s, 1, 2)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			require.NoError(t, e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Partitions: []int{0}}))
+			require.NoError(t, errOf(e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Partitions: []int{0}})))
 			e.requireLag(s, g, 0, 0, 2)
 			e.requireLag(s, g, 1, 2, 2)
 			require.Equal(t, []pos{{0, 1}, {0, 2}}, eventPositions(e.drain(s, g)))
+		}},
+		{"reset_reports_the_deliveries_it_reopened", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 5)
+			e.appendN(s, 1, 2)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 3})
+			require.Equal(t, 3, e.info(s, g).MaxAttempts)
+			require.Equal(t, rheo.DefaultMaxAttempts, e.info(s, e.group(s, rheo.GroupConfig{})).MaxAttempts)
+			e.drain(s, g)
+			reset := func(opts rheo.ResetOptions) int {
+				t.Helper()
+				opts.Confirm = true
+				n, err := e.c.ResetGroup(e.ctx, s, g, opts)
+				require.NoError(t, err)
+				return n
+			}
+			require.Equal(t, 2, reset(rheo.ResetOptions{Start: rheo.AfterSequence(3), Partitions: []int{0}}))
+			require.Equal(t, 0, reset(rheo.ResetOptions{Start: rheo.Latest()}), "a reset to latest reopens nothing")
+			require.Equal(t, 7, reset(rheo.ResetOptions{Start: rheo.Beginning()}))
+			require.Equal(t, 0, reset(rheo.ResetOptions{Start: rheo.Beginning()}), "nothing was offered since")
+			require.Equal(t, 3, e.info(s, g).MaxAttempts, "a reset keeps the group's settings")
 		}},
 		{"reset_to_a_start_position", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -362,10 +413,10 @@ func runReset(t *testing.T, f Factory) {
 			e.appendN(s, 0, 5)
 			e.appendN(s, 1, 1)
 			g := e.group(s, rheo.GroupConfig{})
-			require.NoError(t, e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequence(3), Partitions: []int{0}}))
+			require.NoError(t, errOf(e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequence(3), Partitions: []int{0}})))
 			e.requireLag(s, g, 0, 3, 5)
 			e.requireLag(s, g, 1, 0, 1)
-			require.NoError(t, e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.Latest(), Partitions: []int{1}}))
+			require.NoError(t, errOf(e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.Latest(), Partitions: []int{1}})))
 			e.requireLag(s, g, 1, 1, 1)
 			require.Equal(t, []pos{{0, 4}, {0, 5}}, eventPositions(e.drain(s, g)))
 		}},
@@ -373,9 +424,9 @@ func runReset(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s, g, _, _ := settledMix(t, e)
 			before := e.snapshot()
-			err := e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequence(5)})
+			_, err := e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequence(5)})
 			require.ErrorIs(t, err, rheo.ErrInvalidArgument)
-			err = e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Partitions: []int{1}})
+			_, err = e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Partitions: []int{1}})
 			require.ErrorIs(t, err, rheo.ErrInvalidPartition)
 			require.Equal(t, before, e.snapshot())
 		}},
@@ -387,7 +438,7 @@ func runReset(t *testing.T, f Factory) {
 			other := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
 			e.drain(s, other)
-			require.NoError(t, e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true}))
+			require.NoError(t, errOf(e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true})))
 			e.requireLag(s, other, 0, 2, 2)
 			e.requireNone(s, other)
 		}},

@@ -84,7 +84,8 @@ func TestCompactionBoundsDeliveries(t *testing.T) {
 	require.Equal(t, 1, b.DeliveryCount("s", "g"), "only the dead letter remains")
 
 	// Replaying everything and draining again compacts again.
-	require.NoError(t, c.Replay(ctx, "s", "g", rheo.FromSequence(0)))
+	_, err = c.Replay(ctx, "s", "g", rheo.FromSequence(0))
+	require.NoError(t, err)
 	clk.Advance(time.Second)
 	for {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1000})

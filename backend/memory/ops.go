@@ -36,7 +36,7 @@ func (b *Backend) GroupStats(_ context.Context, stream, group string, _ time.Tim
 		st.Available += gp.nAvailable + max(s.parts[p].len()-gp.cursor, 0)
 		st.DeadLetters += int64(gp.dead.Len())
 	}
-	st.Skipped = g.skipped
+	st.Skipped, st.MaxAttempts = g.skipped, g.maxAttempts
 	return st, nil
 }
 
@@ -81,16 +81,18 @@ func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, li
 }
 
 // Replay implements rheo.Backend.
-func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) error {
+func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) (int, error) {
 	b.mu.Lock()
 	s, g, err := b.group(r.Stream, r.Group)
 	if err != nil {
 		b.mu.Unlock()
-		return err
+		return 0, err
 	}
+	n := 0
 	for p, from := range r.FromSequence {
 		gp := g.parts[p]
 		from = max(from, s.parts[p].trimmed)
+		n += int(max(gp.cursor-from, 0))
 		for seq, d := range gp.dels {
 			if seq > from {
 				gp.unindex(d)
@@ -110,10 +112,11 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) error {
 			gp.dels[d.seq] = d
 		}
 		gp.reopen(d, time.Time{})
+		n++
 	}
 	b.mu.Unlock()
 	b.notify(r.Stream)
-	return nil
+	return n, nil
 }
 
 // Redrive implements rheo.Backend.
@@ -155,17 +158,20 @@ func (b *Backend) Redrive(_ context.Context, stream, group string, ids []string)
 }
 
 // ResetGroup implements rheo.Backend.
-func (b *Backend) ResetGroup(_ context.Context, stream, group string, start map[int]int64) error {
+func (b *Backend) ResetGroup(_ context.Context, stream, group string, start map[int]int64) (int, error) {
 	b.mu.Lock()
 	s, g, err := b.group(stream, group)
 	if err != nil {
 		b.mu.Unlock()
-		return err
+		return 0, err
 	}
+	n := 0
 	for p, from := range start {
-		g.parts[p] = newGpart(max(from, s.parts[p].trimmed))
+		from = max(from, s.parts[p].trimmed)
+		n += int(max(g.parts[p].cursor-from, 0))
+		g.parts[p] = newGpart(from)
 	}
 	b.mu.Unlock()
 	b.notify(stream)
-	return nil
+	return n, nil
 }

@@ -615,6 +615,7 @@ func (b *Backend) GroupStats(ctx context.Context, stream, group string, _ time.T
 		out.Available += max(hw[p]-st.Cursor, 0)
 		out.Skipped += st.Skipped
 	}
+	out.MaxAttempts = g.MaxAttempts
 	return out, nil
 }
 
@@ -683,11 +684,12 @@ func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, 
 }
 
 // Replay implements rheo.Backend: one new state version per partition.
-func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
+func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 	s, g, err := b.group(ctx, r.Stream, r.Group)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	total := 0
 	refs := map[int][]rheo.EventRef{}
 	for _, ref := range r.Events {
 		refs[ref.Partition] = append(refs[ref.Partition], ref)
@@ -697,16 +699,20 @@ func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 		if !rewind && len(refs[p]) == 0 {
 			continue
 		}
+		n := 0
 		err := b.change(ctx, g, p, func(st *pstate) (bool, error) {
+			n = 0
 			if rewind {
 				from := max(from, st.Trimmed)
 				st.Dels = slices.DeleteFunc(st.Dels, func(d delivery) bool { return d.Seq > from })
+				n += int(max(st.Cursor-from, 0))
 				st.Cursor = min(st.Cursor, from)
 			}
 			for _, ref := range refs[p] {
 				if ref.Sequence > st.Cursor || ref.Sequence <= st.Trimmed {
 					continue // not offered yet (it will be, fresh), or trimmed away
 				}
+				n++
 				d := st.find(ref.Sequence)
 				if d == nil {
 					st.put(delivery{Seq: ref.Sequence, EventID: ref.ID, Status: stAvailable})
@@ -717,11 +723,12 @@ func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 			return true, nil
 		})
 		if err != nil {
-			return err
+			return total, err
 		}
+		total += n
 	}
 	b.hub.Signal(r.Stream)
-	return nil
+	return total, nil
 }
 
 // Redrive implements rheo.Backend.
@@ -784,25 +791,30 @@ func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []strin
 }
 
 // ResetGroup implements rheo.Backend.
-func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error {
+func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error) {
 	_, g, err := b.group(ctx, stream, group)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	total := 0
 	parts := make([]int, 0, len(start))
 	for p := range start {
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
 	for _, p := range parts {
+		n := 0
 		err := b.change(ctx, g, p, func(st *pstate) (bool, error) {
-			st.Cursor, st.Dels = max(start[p], st.Trimmed), nil
+			from := max(start[p], st.Trimmed)
+			n = int(max(st.Cursor-from, 0))
+			st.Cursor, st.Dels = from, nil
 			return true, nil
 		})
 		if err != nil {
-			return err
+			return total, err
 		}
+		total += n
 	}
 	b.hub.Signal(stream)
-	return nil
+	return total, nil
 }

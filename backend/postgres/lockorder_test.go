@@ -113,13 +113,13 @@ func TestMaintenanceBesideBusyFetchers(t *testing.T) {
 			var err error
 			switch i % 4 {
 			case 0:
-				err = c.Replay(ctx, s, g, rheo.FromSequence(0))
+				_, err = c.Replay(ctx, s, g, rheo.FromSequence(0))
 			case 1:
-				err = c.ResetGroup(ctx, s, g, rheo.ResetOptions{Confirm: true})
+				_, err = c.ResetGroup(ctx, s, g, rheo.ResetOptions{Confirm: true})
 			case 2:
 				_, err = c.Redrive(ctx, s, g)
 			case 3:
-				err = c.Replay(ctx, s, g, rheo.Events("e-0-1", "e-1-2", "e-2-3", "e-3-4", "e-0-40", "e-3-45"))
+				_, err = c.Replay(ctx, s, g, rheo.Events("e-0-1", "e-1-2", "e-2-3", "e-3-4", "e-0-40", "e-3-45"))
 			}
 			if err != nil {
 				report(fmt.Sprintf("maintenance %d", i), err)

@@ -69,7 +69,7 @@ func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, 
 }
 
 // Replay implements rheo.Backend.
-func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
+func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 	return b.store.Replay(ctx, r)
 }
 
@@ -79,7 +79,7 @@ func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []strin
 }
 
 // ResetGroup implements rheo.Backend.
-func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error {
+func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error) {
 	return b.store.ResetGroup(ctx, stream, group, start)
 }
 

@@ -234,7 +234,8 @@ func TestWakeups(t *testing.T) {
 	require.Len(t, ls, 1)
 	require.NoError(t, c.Nack(ctx, ls[0], "again"))
 	wait("nack")
-	require.NoError(t, c.Replay(ctx, "w", "g", rheo.FromSequence(0)))
+	_, err = c.Replay(ctx, "w", "g", rheo.FromSequence(0))
+	require.NoError(t, err)
 	wait("replay")
 
 	// Fetch with Wait returns as soon as an event lands.

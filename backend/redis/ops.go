@@ -442,11 +442,12 @@ func (b *Backend) GroupStats(ctx context.Context, stream, group string, _ time.T
 	in, _ := toInt(r[0])
 	av, _ := toInt(r[1])
 	dl, _ := toInt(r[2])
+	ma, _ := toInt(r[3])
 	sk, err := b.groupSkipped(ctx, stream, group)
 	if err != nil {
 		return rheo.GroupStats{}, b.readErr(err, "stats of group %q of stream %q", group, stream)
 	}
-	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl, Skipped: sk}, nil
+	return rheo.GroupStats{Inflight: in, Available: av, DeadLetters: dl, Skipped: sk, MaxAttempts: int(ma)}, nil
 }
 
 // DeadLetters implements rheo.Backend.
@@ -486,7 +487,7 @@ func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, 
 }
 
 // Replay implements rheo.Backend.
-func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
+func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 	base := b.streamBase(r.Stream)
 	args := make([]any, 0, 5+2*len(r.FromSequence)+2*len(r.Events))
 	args = append(args, groupBase(base, r.Group), r.Group, len(r.FromSequence))
@@ -497,13 +498,15 @@ func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 	for _, e := range r.Events {
 		args = append(args, e.Partition, e.Sequence)
 	}
-	if _, err := b.run(ctx, replayScript, base, args...); err != nil {
+	v, err := b.run(ctx, replayScript, base, args...)
+	if err != nil {
 		if nf := notFound(err, r.Stream, r.Group); nf != nil {
-			return nf
+			return 0, nf
 		}
-		return b.writeErr(err, "replay group %q of stream %q", r.Group, r.Stream)
+		return 0, b.writeErr(err, "replay group %q of stream %q", r.Group, r.Stream)
 	}
-	return nil
+	n, _ := toInt(v)
+	return int(n), nil
 }
 
 // Redrive implements rheo.Backend. Each call of the script reopens at most
@@ -548,20 +551,22 @@ func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []strin
 }
 
 // ResetGroup implements rheo.Backend.
-func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error {
+func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error) {
 	base := b.streamBase(stream)
 	args := make([]any, 0, 3+2*len(start))
 	args = append(args, groupBase(base, group), group, len(start))
 	for _, p := range slices.Sorted(maps.Keys(start)) {
 		args = append(args, p, start[p])
 	}
-	if _, err := b.run(ctx, resetScript, base, args...); err != nil {
+	v, err := b.run(ctx, resetScript, base, args...)
+	if err != nil {
 		if nf := notFound(err, stream, group); nf != nil {
-			return nf
+			return 0, nf
 		}
-		return b.writeErr(err, "reset group %q of stream %q", group, stream)
+		return 0, b.writeErr(err, "reset group %q of stream %q", group, stream)
 	}
-	return nil
+	n, _ := toInt(v)
+	return int(n), nil
 }
 
 // rotate returns the index of the partition a group's next fetch serves

@@ -554,7 +554,7 @@ for p = 0, n - 1 do
   local c = cursor(p)
   if hw > c then avail = avail + hw - c end
 end
-return {inflight, avail, redis.call('ZCARD', gb .. 'q')}
+return {inflight, avail, redis.call('ZCARD', gb .. 'q'), maxA}
 `)
 
 // deadLetters: ARGV[4] after event ID (or ""), ARGV[5] limit. Returns rows
@@ -584,12 +584,14 @@ var replayScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local nf = tonumber(ARGV[4])
 local o = 5
+local reopened = 0
 for i = 1, nf do
   local p, s = ARGV[o], tonumber(ARGV[o + 1])
   o = o + 2
   local lkey, dkey = gb .. 'l:' .. p, gb .. 'd:' .. p
   local c = cursor(p)
   local newc = math.min(c, s)
+  reopened = reopened + c - newc
   local drop, acks = {}, {}
   for _, ss in ipairs(redis.call('HKEYS', lkey)) do
     if tonumber(ss) > s then
@@ -624,10 +626,13 @@ for i = 1, ne do
   local p, seq = ARGV[o], tonumber(ARGV[o + 1])
   o = o + 2
   if cur[p] == nil then cur[p] = cursor(p) end
-  if seq <= cur[p] then reopen(p, seq) end
+  if seq <= cur[p] then
+    reopen(p, seq)
+    reopened = reopened + 1
+  end
 end
 wake()
-return 1
+return reopened
 `)
 
 // redrive: ARGV[4] "all" or "ids", then event IDs. In "all" mode it reopens
@@ -659,9 +664,11 @@ return n
 var resetScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(ARGV[4])
+local reopened = 0
 for i = 0, n - 1 do
   local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local pn = tonumber(p)
+  reopened = reopened + math.max(cursor(p) - tonumber(s), 0)
   redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p)
   local lo, hi = fmt(pn * PSHIFT), fmt(pn * PSHIFT + PSHIFT - 1)
   local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
@@ -674,7 +681,7 @@ for i = 0, n - 1 do
   redis.call('HSET', gb .. 'f', p, s)
 end
 wake()
-return 1
+return reopened
 `)
 
 // allScripts are loaded by Migrate so the first calls go by SHA.

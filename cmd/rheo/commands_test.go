@@ -459,21 +459,28 @@ func TestReplayEveryRange(t *testing.T) {
 	firstP1 := p1[0]
 
 	for _, tc := range []struct {
-		args []string
-		want int64
+		args     []string
+		want     int64 // lag afterwards
+		reopened int
 	}{
-		{[]string{"--from-seq", "0"}, 5},
-		{[]string{"--from-seq", "1", "--partition", "0"}, 2},
-		{[]string{"--from-time", firstP1.Timestamp.Format(time.RFC3339Nano), "--partition", "1"}, 2},
-		{[]string{"--event", firstP1.ID}, 2},
-		{[]string{"--type", "order_shipped"}, 2},
-		{[]string{"--field", "country=NL", "--partition", "0"}, 3},
+		{[]string{"--from-seq", "0"}, 5, 5},
+		{[]string{"--from-seq", "1", "--partition", "0"}, 2, 2},
+		{[]string{"--from-time", firstP1.Timestamp.Format(time.RFC3339Nano), "--partition", "1"}, 2, 2},
+		{[]string{"--event", firstP1.ID}, 2, 1},
+		{[]string{"--type", "order_shipped"}, 2, 1},
+		{[]string{"--field", "country=NL", "--partition", "0"}, 3, 3},
 	} {
 		consumeAll(t, cl, "orders", "g")
 		require.Zero(t, lag("g"))
 		out := c.ok(append([]string{"replay", "orders", "g"}, tc.args...)...)
-		require.Contains(t, out, "replayed group g on stream orders", "replay %v", tc.args)
+		require.Contains(t, out, fmt.Sprintf("replayed group g on stream orders: reopened %s; lag now %d", deliveries(tc.reopened), tc.want), "replay %v", tc.args)
 		require.Equal(t, tc.want, lag("g"), "replay %v", tc.args)
+		consumeAll(t, cl, "orders", "g")
+		var res struct {
+			Reopened int `json:"reopened"`
+		}
+		c.jsonOK(&res, append([]string{"replay", "orders", "g"}, tc.args...)...)
+		require.Equal(t, tc.reopened, res.Reopened, "replay %v, JSON", tc.args)
 	}
 	require.Equal(t, int64(5), lag("other"), "replay never touches other groups")
 
@@ -494,9 +501,10 @@ func TestResetRefusesWithoutConfirm(t *testing.T) {
 	c.jsonOK(&lag, "lag", "orders", "g")
 	require.Equal(t, int64(0), lag.Total, "nothing was reset")
 
-	require.Contains(t, c.ok("reset", "orders", "g", "--confirm"), "reset group g on stream orders; lag now 2")
+	require.Contains(t, c.ok("reset", "orders", "g", "--confirm"), "reset group g on stream orders: reopened 2 deliveries; lag now 2")
 	consumeAll(t, c.client(), "orders", "g")
-	require.Contains(t, c.ok("reset", "orders", "g", "--confirm", "--start", "1"), "lag now 1")
+	require.Contains(t, c.ok("reset", "orders", "g", "--confirm", "--start", "1"), "reopened 1 delivery; lag now 1")
+	require.Contains(t, c.ok("reset", "orders", "g", "--confirm", "--start", "latest"), "reopened 0 deliveries; lag now 0")
 	c.fails(exitError, "group not found", "reset", "orders", "nosuch", "--confirm")
 }
 

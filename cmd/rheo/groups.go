@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -221,7 +222,10 @@ func (a *app) createGroupCommand() *cobra.Command {
 		Short: "Create a consumer group on a stream",
 		Long: `Create a consumer group. --start says where it begins in the --partition
 scope (default all partitions): beginning (default), latest, a sequence number
-(the group's frontier starts there), or an RFC 3339 time.`,
+(the group's frontier starts there), or an RFC 3339 time. With --if-not-exists
+an existing group with the same --max-attempts (default 5) is success, and one
+with a different limit an error; the start position is not compared, since the
+group's progress has moved on from it.`,
 		Example: "  rheo create-group orders fulfillment\n  rheo create-group orders audit --start latest --max-attempts 3",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
@@ -236,8 +240,16 @@ scope (default all partitions): beginning (default), latest, a sequence number
 				cfg := rheo.GroupConfig{MaxAttempts: maxAttempts, Start: pos, Partitions: partitions}
 				err := c.CreateGroup(ctx, args[0], args[1], cfg)
 				if errors.Is(err, rheo.ErrAlreadyExists) && ifNotExists {
-					// Only MaxAttempts is visible afterwards; the start
-					// position has been consumed by the group's progress.
+					// Only MaxAttempts is compared: the start position has
+					// been consumed by the group's progress.
+					info, ierr := c.GroupInfo(ctx, args[0], args[1])
+					if ierr != nil {
+						return ierr
+					}
+					want := cmp.Or(maxAttempts, rheo.DefaultMaxAttempts)
+					if info.MaxAttempts != want {
+						return fmt.Errorf("group %q on stream %q exists with max attempts %d, not %d", args[1], args[0], info.MaxAttempts, want)
+					}
 					return a.writeResult(map[string]any{"stream": args[0], "group": args[1], "created": false},
 						"group %s on stream %s already exists", args[1], args[0])
 				}
@@ -253,7 +265,7 @@ scope (default all partitions): beginning (default), latest, a sequence number
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "claims before a delivery is dead-lettered (default 5)")
 	fs.StringVar(&start, "start", "beginning", "beginning, latest, a sequence number, or an RFC 3339 time")
 	fs.IntSliceVar(&partitions, "partition", nil, "partitions --start applies to (repeatable; default all)")
-	fs.BoolVar(&ifNotExists, "if-not-exists", false, "succeed if the group exists")
+	fs.BoolVar(&ifNotExists, "if-not-exists", false, "succeed if the group exists with the same max attempts")
 	return cmd
 }
 
@@ -514,10 +526,11 @@ event at or after T), --event ID (repeatable), or query filters (--type, --key,
 				return usagef("replay needs exactly one range: --from-seq, --from-time, --event, or query filters")
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
-				if err := c.Replay(ctx, args[0], args[1], from, partitions...); err != nil {
+				n, err := c.Replay(ctx, args[0], args[1], from, partitions...)
+				if err != nil {
 					return err
 				}
-				return a.writeLagAfter(ctx, c, args[0], args[1], "replayed")
+				return a.writeLagAfter(ctx, c, args[0], args[1], "replayed", n)
 			})
 		}),
 	}
@@ -531,15 +544,23 @@ event at or after T), --event ID (repeatable), or query filters (--type, --key,
 }
 
 // writeLagAfter prints what a change to a group did (done: "replayed",
-// "reset") with the group's lag read right after it, the figure an operator
-// checks next.
-func (a *app) writeLagAfter(ctx context.Context, c *rheo.Client, stream, group, done string) error {
+// "reset"), how many deliveries it reopened, and the group's lag read right
+// after it, the figure an operator checks next.
+func (a *app) writeLagAfter(ctx context.Context, c *rheo.Client, stream, group, done string, reopened int) error {
 	lag, err := c.Lag(ctx, stream, group)
 	if err != nil {
 		return err
 	}
-	return a.writeResult(map[string]any{done: true, "lag": toLagJSON(lag)},
-		"%s group %s on stream %s; lag now %d", done, group, stream, lag.Total)
+	return a.writeResult(map[string]any{done: true, "reopened": reopened, "lag": toLagJSON(lag)},
+		"%s group %s on stream %s: reopened %s; lag now %d", done, group, stream, deliveries(reopened), lag.Total)
+}
+
+// deliveries is "1 delivery" or "n deliveries".
+func deliveries(n int) string {
+	if n == 1 {
+		return "1 delivery"
+	}
+	return fmt.Sprintf("%d deliveries", n)
 }
 
 func (a *app) resetCommand() *cobra.Command {
@@ -566,10 +587,11 @@ sequence number or an RFC 3339 time. It refuses to run without --confirm.`,
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				opts := rheo.ResetOptions{Confirm: true, Start: pos, Partitions: partitions}
-				if err := c.ResetGroup(ctx, args[0], args[1], opts); err != nil {
+				n, err := c.ResetGroup(ctx, args[0], args[1], opts)
+				if err != nil {
 					return err
 				}
-				return a.writeLagAfter(ctx, c, args[0], args[1], "reset")
+				return a.writeLagAfter(ctx, c, args[0], args[1], "reset", n)
 			})
 		}),
 	}

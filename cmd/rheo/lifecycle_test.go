@@ -117,6 +117,11 @@ func TestIfNotExists(t *testing.T) {
 	c.ok("create-group", "s", "g")
 	c.fails(exitError, "already exists", "create-group", "s", "g")
 	require.Contains(t, c.ok("create-group", "s", "g", "--if-not-exists"), "already exists")
+	require.Contains(t, c.ok("create-group", "s", "g", "--max-attempts", "5", "--if-not-exists"), "already exists")
+	c.fails(exitError, "exists with max attempts 5, not 3", "create-group", "s", "g", "--max-attempts", "3", "--if-not-exists")
+	c.ok("create-group", "s", "g3", "--max-attempts", "3")
+	require.Contains(t, c.ok("create-group", "s", "g3", "--max-attempts", "3", "--if-not-exists"), "already exists")
+	c.fails(exitError, "exists with max attempts 3, not 5", "create-group", "s", "g3", "--if-not-exists")
 }
 
 func TestExplicitZerosAndEmptyDSNAreRefused(t *testing.T) {

@@ -181,6 +181,7 @@ func (s *Store) GroupStats(ctx context.Context, stream, group string, _ time.Tim
 		return st, s.classify(err, "stats of group %q", group)
 	}
 	st.Available += unoffered
+	st.MaxAttempts = g.maxAttempts
 	if st.Skipped, err = s.groupSkipped(ctx, x, g); err != nil {
 		return st, s.classify(err, "stats of group %q", group)
 	}

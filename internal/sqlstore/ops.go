@@ -21,8 +21,10 @@ const reopenSet = "status = 0, attempt = 0, lease_id = NULL, consumer_id = NULL,
 // are offered again, fresh) and rewinds the cursor; Events upserts each
 // named delivery the group was offered as available. The frontier, derived
 // from pending deliveries, drops below every reopened one by itself.
-func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) error {
-	return s.write(ctx, "replay group "+quote(r.Group), func(t *writeTx) error {
+func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
+	var n int64
+	err := s.write(ctx, "replay group "+quote(r.Group), func(t *writeTx) error {
+		n = 0
 		ref, g, err := s.group(ctx, t.execer, r.Stream, r.Group)
 		if err != nil {
 			return err
@@ -42,6 +44,7 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 			if _, err := t.exec(ctx, "DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq > ?", g.id, p, from); err != nil {
 				return err
 			}
+			n += max(offered-from, 0)
 			if from < offered {
 				if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", from, g.id, p); err != nil {
 					return err
@@ -64,6 +67,7 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 			refs := slices.DeleteFunc(byPart[p], func(e rheo.EventRef) bool { return e.Sequence > offered })
 			slices.SortFunc(refs, func(a, b rheo.EventRef) int { return int(a.Sequence - b.Sequence) })
 			refs = slices.CompactFunc(refs, func(a, b rheo.EventRef) bool { return a.Sequence == b.Sequence })
+			n += int64(len(refs))
 			for chunk := range slices.Chunk(refs, 200) {
 				var b Builder
 				b.S("INSERT INTO rheo_deliveries (grp_id, part, seq, event_id, status, attempt, due_at) VALUES ")
@@ -82,6 +86,7 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) error {
 		t.wake(r.Stream)
 		return nil
 	})
+	return int(n), err
 }
 
 // Redrive implements rheo.Backend.
@@ -128,8 +133,10 @@ func (s *Store) Redrive(ctx context.Context, stream, group string, ids []string)
 }
 
 // ResetGroup implements rheo.Backend.
-func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) error {
-	return s.write(ctx, "reset group "+quote(group), func(t *writeTx) error {
+func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error) {
+	var n int64
+	err := s.write(ctx, "reset group "+quote(group), func(t *writeTx) error {
+		n = 0
 		ref, g, err := s.group(ctx, t.execer, stream, group)
 		if err != nil {
 			return err
@@ -142,6 +149,11 @@ func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[
 			if err != nil {
 				return err
 			}
+			var offered int64
+			if err := t.queryRow(ctx, "SELECT offered FROM rheo_group_parts WHERE grp_id = ? AND part = ?"+s.d.LockRows(), g.id, p).Scan(&offered); err != nil {
+				return err
+			}
+			n += max(offered-from, 0)
 			if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", from, g.id, p); err != nil {
 				return err
 			}
@@ -152,4 +164,5 @@ func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[
 		t.wake(stream)
 		return nil
 	})
+	return int(n), err
 }

@@ -64,7 +64,8 @@ func BenchmarkFetchAckBySize(b *testing.B) {
 				if len(ls) == 0 {
 					// Start over on the same window: replay it.
 					b.StopTimer()
-					require.NoError(b, c.Replay(ctx, "s", "g", rheo.FromSequence(int64(n-1000))))
+					_, err := c.Replay(ctx, "s", "g", rheo.FromSequence(int64(n-1000)))
+					require.NoError(b, err)
 					b.StartTimer()
 					continue
 				}
