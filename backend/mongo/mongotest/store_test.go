@@ -82,10 +82,10 @@ func TestOpenDSN(t *testing.T) {
 	}
 	// A DSN that does not parse is refused without its password in the error.
 	for _, bad := range []string{
-		"mongodb://u:Pw0rd Mark@127.0.0.1:x/db",                  // the port does not parse
+		"mongodb://u:Pw0rd Mark@127.0.0.1:x/db",                   // the port does not parse
 		"mongodb://u:Pw0rdMark@127.0.0.1:1/db?connectTimeoutMS=x", // the driver rejects the option
-		"mongodb://u:Pw0rd@Mark@127.0.0.1:1",                     // an unencoded '@', no database
-		"mongodb://u:Pw0rd%zzMark@127.0.0.1:1/db",                // a bad escape in the password
+		"mongodb://u:Pw0rd@Mark@127.0.0.1:1",                      // an unencoded '@', no database
+		"mongodb://u:Pw0rd%zzMark@127.0.0.1:1/db",                 // a bad escape in the password
 	} {
 		_, err := rheo.Open(ctx, bad)
 		require.ErrorIs(t, err, rheo.ErrInvalidArgument, bad)
