@@ -294,7 +294,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	now := r.Now.UnixMicro()
 	// A lease must end after now, or the claim would be due at once.
 	exp := max(r.Now.Add(r.LeaseDuration).UnixMicro(), now+1)
-	args := make([]any, 0, 6+k+r.Limit)
+	args := make([]any, 0, 7+k+r.Limit)
 	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
 	off := b.rotate(groupBase(base, r.Group), k)
 	for i := range k {
@@ -303,6 +303,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	for range r.Limit {
 		args = append(args, r.NewLeaseID())
 	}
+	args = append(args, r.ConsumerID)
 	v, err := b.run(ctx, fetchScript, base, args...)
 	if err != nil {
 		if nf := notFound(err, r.Stream, r.Group); nf != nil {

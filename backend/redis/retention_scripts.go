@@ -19,7 +19,7 @@ local function drop_group(g, n)
   local gb = gbase(g)
   for p = 0, n - 1 do
     pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), g)
-    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p)
+    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
   end
   redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk')
   redis.call('HDEL', base .. 'groups', g)
@@ -133,6 +133,7 @@ for _, g in ipairs(gs) do
   end
   if #seqs > 0 then
     bulk({'HDEL', lkey}, seqs, 1000)
+    bulk({'HDEL', gb .. 'c:' .. p}, seqs, 1000)
     bulk({'ZREM', gb .. 'd:' .. p}, seqs, 1000)
     bulk({'XACK', sk, g.name}, acks, 1000)
   end

@@ -290,7 +290,7 @@ local n = tonumber(ARGV[5])
 redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh')
 for p = 0, n - 1 do
   local s = ARGV[6 + p]
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
   local ok = pcall(redis.call, 'XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
   if not ok then
     redis.call('XGROUP', 'DESTROY', skey(p), group)
@@ -303,8 +303,9 @@ return 1
 
 // fetch: ARGV[4] now (µs), ARGV[5] expires (µs), ARGV[6] limit, ARGV[7]
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
-// limit fresh lease IDs. Returns flat rows of 5: partition, seq, lease ID,
-// attempt, entry fields.
+// limit fresh lease IDs, then the consumer ID. Returns flat rows of 5:
+// partition, seq, lease ID, attempt, entry fields. Each claim also records
+// "<lease ID>:<now>:<consumer ID>" in c:<p>, for listing leases.
 var fetchScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = tonumber(ARGV[4])
@@ -315,6 +316,7 @@ local k = tonumber(ARGV[7])
 local parts = {}
 for i = 1, k do parts[i] = ARGV[7 + i] end
 local idbase = 7 + k
+local consumer = ARGV[idbase + limit + 1]
 local used = 0
 local out = {}
 local due = {}
@@ -356,6 +358,7 @@ local function scan_due(p)
   if #drop > 0 then bulk({'ZREM', dkey}, drop, 1000) end
   if #poison > 0 then
     bulk({'HDEL', lkey}, poison, 1000)
+    bulk({'HDEL', gb .. 'c:' .. p}, poison, 1000)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
   table.sort(nums)
@@ -371,7 +374,7 @@ local function take(p, want)
   -- Claimable deliveries already offered, lowest sequence first.
   local dc = due[p]
   if got < want and dc.pos <= #dc.list then
-    local hset, zadd, claim, rows = {}, {}, {}, {}
+    local hset, zadd, claim, rows, cset = {}, {}, {}, {}, {}
     while got < want and dc.pos <= #dc.list do
       local seq = dc.list[dc.pos]
       dc.pos = dc.pos + 1
@@ -381,6 +384,8 @@ local function take(p, want)
       local id = ARGV[idbase + used]
       hset[#hset + 1] = ss
       hset[#hset + 1] = id .. ':' .. fmt(att + 1)
+      cset[#cset + 1] = ss
+      cset[#cset + 1] = id .. ':' .. nowS .. ':' .. consumer
       zadd[#zadd + 1] = exp
       zadd[#zadd + 1] = ss
       claim[#claim + 1] = ss .. '-0'
@@ -388,6 +393,7 @@ local function take(p, want)
       got = got + 1
     end
     bulk({'HSET', lkey}, hset, 1000)
+    bulk({'HSET', gb .. 'c:' .. p}, cset, 1000)
     bulk({'ZADD', dkey}, zadd, 1000)
     for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
       for _, ent in ipairs(r) do
@@ -404,13 +410,15 @@ local function take(p, want)
     local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'STREAMS', sk, '>')
     local ents = (r and r[1] and r[1][2]) or {}
     if #ents < want - got then newdone[p] = true end
-    local hset, zadd = {}, {}
+    local hset, zadd, cset = {}, {}, {}
     for _, ent in ipairs(ents) do
       local ss = string.match(ent[1], '^(%d+)')
       used = used + 1
       local id = ARGV[idbase + used]
       hset[#hset + 1] = ss
       hset[#hset + 1] = id .. ':1'
+      cset[#cset + 1] = ss
+      cset[#cset + 1] = id .. ':' .. nowS .. ':' .. consumer
       zadd[#zadd + 1] = exp
       zadd[#zadd + 1] = ss
       out[#out + 1] = p; out[#out + 1] = tonumber(ss); out[#out + 1] = id; out[#out + 1] = 1
@@ -419,6 +427,7 @@ local function take(p, want)
     end
     if #hset > 0 then
       bulk({'HSET', lkey}, hset, 1000)
+      bulk({'HSET', gb .. 'c:' .. p}, cset, 1000)
       bulk({'ZADD', dkey}, zadd, 1000)
     end
   end
@@ -500,6 +509,7 @@ for i = 1, n do
 end
 for p, list in pairs(rm) do
   bulk({'HDEL', gb .. 'l:' .. p}, list, 1000)
+  bulk({'HDEL', gb .. 'c:' .. p}, list, 1000)
   bulk({'ZREM', gb .. 'd:' .. p}, list, 1000)
   local ids = {}
   for i, ss in ipairs(list) do ids[i] = ss .. '-0' end
@@ -541,6 +551,58 @@ return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
 `)
 
 // groupStats returns {inflight, available, dead letters}.
+// leases: ARGV[4] limit, ARGV[5] number of event IDs m, then m event IDs
+// (none: every lease of the group). Returns rows of (partition, seq, lease
+// value "<lease ID>:<attempt>", expiry (µs), claim record from c:<p> or '',
+// entry fields) ordered by (partition, seq), at most limit of them.
+var leasesScript = goredis.NewScript(common + groupCommon + `
+local maxA, err = need_group(); if err then return err end
+local limit = tonumber(ARGV[4])
+local m = tonumber(ARGV[5])
+local picks = {} -- {p, seq, value}
+local function leased(v) return v and string.sub(v, 1, 1) ~= ':' end
+if m == 0 then
+  local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+  for p = 0, n - 1 do
+    local kv = redis.call('HGETALL', gb .. 'l:' .. p)
+    local here = {}
+    for i = 1, #kv, 2 do
+      if leased(kv[i + 1]) then here[#here + 1] = {p, tonumber(kv[i]), kv[i + 1]} end
+    end
+    table.sort(here, function(a, b) return a[2] < b[2] end)
+    for _, r in ipairs(here) do
+      if #picks >= limit then break end
+      picks[#picks + 1] = r
+    end
+    if #picks >= limit then break end
+  end
+else
+  local seen = {}
+  for i = 1, m do
+    local at = redis.call('HGET', base .. 'ids', ARGV[5 + i])
+    if at and not seen[at] then
+      seen[at] = true
+      local p, s = string.match(at, '^(%d+):(%d+)$')
+      local v = redis.call('HGET', gb .. 'l:' .. p, s)
+      if leased(v) then picks[#picks + 1] = {tonumber(p), tonumber(s), v} end
+    end
+  end
+  table.sort(picks, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+end
+local out = {}
+for i, r in ipairs(picks) do
+  if i > limit then break end
+  local p, ss = r[1], fmt(r[2])
+  local e = redis.call('XRANGE', skey(p), ss .. '-0', ss .. '-0')
+  out[#out + 1] = {p, r[2], r[3], redis.call('ZSCORE', gb .. 'd:' .. p, ss) or '0',
+    redis.call('HGET', gb .. 'c:' .. p, ss) or '', e[1] and e[1][2] or {}}
+end
+return out
+`)
+
 var groupStatsScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
@@ -601,6 +663,7 @@ for i = 1, nf do
   end
   if #drop > 0 then
     bulk({'HDEL', lkey}, drop, 1000)
+    bulk({'HDEL', gb .. 'c:' .. p}, drop, 1000)
     bulk({'ZREM', dkey}, drop, 1000)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
@@ -669,7 +732,7 @@ for i = 0, n - 1 do
   local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local pn = tonumber(p)
   reopened = reopened + math.max(cursor(p) - tonumber(s), 0)
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
   local lo, hi = fmt(pn * PSHIFT), fmt(pn * PSHIFT + PSHIFT - 1)
   local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
   if #dl > 0 then
@@ -688,7 +751,7 @@ return reopened
 var allScripts = []*goredis.Script{
 	createStreamScript, streamStateScript, appendScript, readScript, rangeScript, eventsScript,
 	createGroupScript, fetchScript, settleScript, renewScript, lagScript, groupStatsScript,
-	deadLettersScript, replayScript, redriveScript, resetScript,
+	deadLettersScript, replayScript, redriveScript, resetScript, leasesScript,
 }
 
 // listGroups returns the stream's group names.
