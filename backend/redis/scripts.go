@@ -550,10 +550,9 @@ end
 return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
 `)
 
-// groupStats returns {inflight, available, dead letters}.
 // leases: ARGV[4] limit, ARGV[5] number of event IDs m, then m event IDs
 // (none: every lease of the group). Returns rows of (partition, seq, lease
-// value "<lease ID>:<attempt>", expiry (µs), claim record from c:<p> or '',
+// value "<lease ID>:<attempt>", expiry (µs), claim record from c:<p> or empty,
 // entry fields) ordered by (partition, seq), at most limit of them.
 var leasesScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
@@ -603,6 +602,7 @@ end
 return out
 `)
 
+// groupStats returns {inflight, available, dead letters, max attempts}.
 var groupStatsScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
