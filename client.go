@@ -82,6 +82,46 @@ type Client struct {
 
 	runningMu sync.Mutex
 	running   map[[2]string]bool // (stream, group) consumers running in this client
+
+	// limits caches groups' attempt limits for instrumentation (a group's
+	// limit never changes; a group deleted and created again may have
+	// another, so entries are read again after limitTTL).
+	limits sync.Map // [2]string -> groupLimit
+}
+
+// groupLimit is a cached attempt limit and when it was read.
+type groupLimit struct {
+	n    int
+	read time.Time
+}
+
+const limitTTL = time.Minute
+
+// groupMaxAttempts returns the group's attempt limit, cached; 0 when it
+// cannot be read.
+func (c *Client) groupMaxAttempts(ctx context.Context, stream, group string) int {
+	k := [2]string{stream, group}
+	if v, ok := c.limits.Load(k); ok && time.Since(v.(groupLimit).read) < limitTTL {
+		return v.(groupLimit).n
+	}
+	st, err := c.b.GroupStats(ctx, stream, group, c.now())
+	if err != nil || st.MaxAttempts <= 0 {
+		return 0
+	}
+	c.limits.Store(k, groupLimit{n: st.MaxAttempts, read: time.Now()})
+	return st.MaxAttempts
+}
+
+// nackLimit returns the group's attempt limit when reqs hold a nack that
+// settled (so that instrumentation can tell a nack that dead-lettered), and
+// 0 otherwise.
+func (c *Client) nackLimit(ctx context.Context, stream, group string, reqs []SettleRequest, errs []error) int {
+	for i, r := range reqs {
+		if r.Kind == SettleNack && i < len(errs) && errs[i] == nil {
+			return c.groupMaxAttempts(ctx, stream, group)
+		}
+	}
+	return 0
 }
 
 // New returns a Client over b.

@@ -121,7 +121,11 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			r.win.observeSettle(time.Since(start))
 		}
 		if end != nil {
-			end(OperationResult{Err: err, Settles: reqs, SettleErrs: res})
+			var limit int
+			if err == nil {
+				limit = r.c.nackLimit(r.bg, r.cfg.Stream, r.cfg.Group, reqs, res)
+			}
+			end(OperationResult{Err: err, Settles: reqs, SettleErrs: res, MaxAttempts: limit})
 		}
 		switch {
 		case err == nil && len(res) == len(errs):

@@ -129,6 +129,10 @@ type OperationResult struct {
 	// for index) when the backend answered.
 	Settles    []SettleRequest
 	SettleErrs []error
+	// MaxAttempts is the group's attempt limit when Settles hold a nack
+	// that settled (0 otherwise): such a nack whose lease's Attempt reached
+	// it dead-lettered the delivery.
+	MaxAttempts int
 }
 
 // WithInstrumentation installs tracing and metrics on the client and its

@@ -247,7 +247,11 @@ func (c *Client) settleOne(ctx context.Context, r SettleRequest) (err error) {
 		}
 		var end func(OperationResult)
 		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: kind, Stream: r.Lease.Stream, Group: r.Lease.Group, Count: 1, Lease: r.Lease})
-		defer func() { end(OperationResult{Err: err, Settles: []SettleRequest{r}, SettleErrs: []error{err}}) }()
+		defer func() {
+			res := OperationResult{Err: err, Settles: []SettleRequest{r}, SettleErrs: []error{err}}
+			res.MaxAttempts = c.nackLimit(ctx, r.Lease.Stream, r.Lease.Group, res.Settles, res.SettleErrs)
+			end(res)
+		}()
 	}
 	if err := c.checkLease(ctx, r.Lease); err != nil {
 		return err

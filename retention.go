@@ -78,7 +78,9 @@ func (c *Client) DeleteGroup(ctx context.Context, stream, group string, opts Del
 	if err := checkStreamGroup(stream, group); err != nil {
 		return err
 	}
-	return c.b.DeleteGroup(ctx, stream, group)
+	err := c.b.DeleteGroup(ctx, stream, group)
+	c.limits.Delete([2]string{stream, group})
+	return err
 }
 
 // DeleteStream removes a stream with its events and every group. It
@@ -99,6 +101,12 @@ func (c *Client) DeleteStream(ctx context.Context, stream string, opts DeleteOpt
 	}
 	err := c.b.DeleteStream(ctx, stream)
 	c.streams.Delete(stream)
+	c.limits.Range(func(k, _ any) bool {
+		if k.([2]string)[0] == stream {
+			c.limits.Delete(k)
+		}
+		return true
+	})
 	return err
 }
 

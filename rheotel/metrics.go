@@ -73,7 +73,7 @@ func (m *instruments) init(meter metric.Meter) error {
 	m.renewals, errs[7] = meter.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"),
 		metric.WithDescription("Lease renewals by outcome: renewed, lost, failed."))
 	m.deadLettered, errs[8] = meter.Int64Counter(MetricDeadLettered, metric.WithUnit("{message}"),
-		metric.WithDescription("Deliveries dead-lettered by a reject."))
+		metric.WithDescription("Deliveries dead-lettered by a reject, or by a nack at the attempt limit."))
 	m.inflight, errs[9] = meter.Int64UpDownCounter(MetricInflight, metric.WithUnit("{handler}"),
 		metric.WithDescription("Handlers running now."))
 	return errors.Join(errs[:]...)

@@ -276,6 +276,10 @@ func (i *Instrumentation) countSettles(span trace.Span, op rheo.Operation, res r
 			i.m.e2e.Record(context.Background(), now.Sub(r.Lease.Event.Timestamp).Seconds(), i.attrs.group(op.Stream, op.Group).rec...)
 		case OutcomeRejected:
 			i.m.deadLettered.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
+		case OutcomeNacked:
+			if res.MaxAttempts > 0 && r.Lease.Attempt >= res.MaxAttempts {
+				i.m.deadLettered.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
+			}
 		case OutcomeStale:
 			i.m.lost.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
 		}

@@ -459,3 +459,50 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A nack at the group's attempt limit dead-letters the delivery, and is
+// counted as dead-lettered, from the client and from the consumer runtime;
+// a nack below the limit is not.
+func TestNackAtTheLimitCountsAsDeadLettered(t *testing.T) {
+	eachStore(t, func(t *testing.T, b rheo.Backend) {
+		clk := clock.NewFrozen(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		tel := newTelemetry(t, clk)
+		c := newClient(t, b, tel, clk)
+		ctx := context.Background()
+		require.NoError(t, c.CreateGroup(ctx, "orders", "strict", rheo.GroupConfig{MaxAttempts: 2}))
+		p := 0
+		for range 2 {
+			_, err := c.Append(ctx, "orders", rheo.Message{Partition: &p})
+			require.NoError(t, err)
+		}
+		deadLettered := func(group string) float64 {
+			return sum(tel.collect(t), rheotel.MetricDeadLettered, map[string]any{"messaging.consumer.group.name": group})
+		}
+
+		// Client: the first nack retries, the second (attempt 2 of 2)
+		// dead-letters.
+		for attempt := 1; attempt <= 2; attempt++ {
+			ls, err := c.Fetch(ctx, "orders", "strict", rheo.FetchOptions{Limit: 1})
+			require.NoError(t, err)
+			require.Len(t, ls, 1)
+			require.Equal(t, attempt, ls[0].Attempt)
+			require.NoError(t, c.Nack(ctx, ls[0], "busy"))
+			require.Equal(t, float64(attempt-1), deadLettered("strict"), "after the nack of attempt %d", attempt)
+		}
+		ls, err := c.Fetch(ctx, "orders", "billing", rheo.FetchOptions{Limit: 1})
+		require.NoError(t, err)
+		require.NoError(t, c.Nack(ctx, ls[0], "busy"))
+		require.Zero(t, deadLettered("billing"), "a nack below the limit is not a dead letter")
+
+		// Consumer: the second event fails twice and is dead-lettered.
+		k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "orders", Group: "strict",
+			Handler: func(context.Context, rheo.Event) error { return rheo.RetryAfter(0, errors.New("busy")) }})
+		require.NoError(t, err)
+		runConsumer(t, k)
+		eventually(t, "both dead letters", func() bool {
+			dls, err := c.DeadLetters(ctx, "orders", "strict", rheo.DeadLetterOptions{})
+			return err == nil && len(dls) == 2
+		})
+		eventually(t, "the consumer's nack counted", func() bool { return deadLettered("strict") == 2 })
+	})
+}
