@@ -211,6 +211,33 @@ func (c *Client) ListGroups(ctx context.Context, stream string) ([]string, error
 // GroupInfo summarises a group: lag, leases held, available deliveries, dead
 // letters and the oldest pending event.
 func (c *Client) GroupInfo(ctx context.Context, stream, group string) (GroupInfo, error) {
+	return c.groupInfo(ctx, stream, group, &infoShared{})
+}
+
+// GroupInfos returns the GroupInfo of each of the stream's groups, in
+// order, reading what they share once: the stream's state, its retention
+// targets, and the oldest pending event of partitions whose frontiers
+// coincide. This is what a scrape of many groups wants. A group that cannot
+// be read gets its error in errs[i] and a zero GroupInfo.
+func (c *Client) GroupInfos(ctx context.Context, stream string, groups []string) (infos []GroupInfo, errs []error) {
+	infos, errs = make([]GroupInfo, len(groups)), make([]error, len(groups))
+	sh := &infoShared{}
+	for i, g := range groups {
+		infos[i], errs[i] = c.groupInfo(ctx, stream, g, sh)
+	}
+	return infos, errs
+}
+
+// infoShared is what GroupInfo reads that the groups of one stream share,
+// kept across the groups of one GroupInfos call.
+type infoShared struct {
+	state    *StreamState
+	holds    map[int]int64 // retention targets; nil until read
+	holdsSet bool
+	oldest   map[[2]int64]time.Time // (partition, sequence) -> timestamp; zero: none
+}
+
+func (c *Client) groupInfo(ctx context.Context, stream, group string, sh *infoShared) (GroupInfo, error) {
 	lag, err := c.Lag(ctx, stream, group)
 	if err != nil {
 		return GroupInfo{}, err
@@ -222,27 +249,51 @@ func (c *Client) GroupInfo(ctx context.Context, stream, group string) (GroupInfo
 	info := GroupInfo{Stream: stream, Group: group, Lag: lag,
 		Inflight: st.Inflight, Available: st.Available, DeadLetters: st.DeadLetters, Skipped: st.Skipped,
 		MaxAttempts: st.MaxAttempts}
-	state, err := c.b.Stream(ctx, stream)
-	if err != nil {
-		return GroupInfo{}, err
+	if sh.state == nil {
+		state, err := c.b.Stream(ctx, stream)
+		if err != nil {
+			return GroupInfo{}, err
+		}
+		sh.state = &state
 	}
-	fronts := make([]int64, state.Partitions)
+	state := *sh.state
+	if !sh.holdsSet {
+		r := state.Retention
+		r.Interest = false // interest is defined by the groups: nobody holds it back
+		if !r.IsZero() {
+			parts, _ := scope(state.Name, nil, state.Partitions)
+			if sh.holds, err = c.trimTargets(ctx, state, r, streamFrontiers{}, parts); err != nil {
+				return GroupInfo{}, err
+			}
+		}
+		sh.holdsSet = true
+	}
 	for _, pl := range lag.Partitions {
-		fronts[pl.Partition] = pl.Frontier
-	}
-	if info.HoldsRetention, err = c.holdsRetention(ctx, state, fronts); err != nil {
-		return GroupInfo{}, err
+		if t, ok := sh.holds[pl.Partition]; ok && pl.Frontier < t {
+			info.HoldsRetention = true
+		}
 	}
 	for _, pl := range lag.Partitions {
 		if pl.Lag == 0 {
 			continue
 		}
-		evs, err := c.b.Read(ctx, stream, pl.Partition, pl.Frontier, 1)
-		if err != nil {
-			return GroupInfo{}, err
+		k := [2]int64{int64(pl.Partition), pl.Frontier}
+		ts, ok := sh.oldest[k]
+		if !ok {
+			evs, err := c.b.Read(ctx, stream, pl.Partition, pl.Frontier, 1)
+			if err != nil {
+				return GroupInfo{}, err
+			}
+			if len(evs) > 0 {
+				ts = evs[0].Timestamp
+			}
+			if sh.oldest == nil {
+				sh.oldest = map[[2]int64]time.Time{}
+			}
+			sh.oldest[k] = ts
 		}
-		if len(evs) > 0 && (info.OldestPending.IsZero() || evs[0].Timestamp.Before(info.OldestPending)) {
-			info.OldestPending = evs[0].Timestamp
+		if !ts.IsZero() && (info.OldestPending.IsZero() || ts.Before(info.OldestPending)) {
+			info.OldestPending = ts
 		}
 	}
 	return info, nil

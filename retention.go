@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -317,22 +316,6 @@ func (c *Client) trimTargets(ctx context.Context, st StreamState, r Retention, f
 // notFound reports whether err says a stream or group does not exist.
 func notFound(err error) bool {
 	return errors.Is(err, ErrStreamNotFound) || errors.Is(err, ErrGroupNotFound)
-}
-
-// holdsRetention reports whether a group with frontiers f keeps the stream's
-// MaxAge or MaxEvents rules from trimming what they ask for.
-func (c *Client) holdsRetention(ctx context.Context, st StreamState, f []int64) (bool, error) {
-	r := st.Retention
-	r.Interest = false // interest is defined by the groups: nobody holds it back
-	if r.IsZero() {
-		return false, nil
-	}
-	parts, _ := scope(st.Name, nil, st.Partitions)
-	targets, err := c.trimTargets(ctx, st, r, streamFrontiers{}, parts)
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(parts, func(p int) bool { return p < len(f) && f[p] < targets[p] }), nil
 }
 
 // Stream describes a stream: its partitions, retention policy, and per

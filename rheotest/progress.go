@@ -1,6 +1,7 @@
 package rheotest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -297,6 +298,43 @@ func runGroups(t *testing.T, f Factory) {
 
 func runInspect(t *testing.T, f Factory) {
 	runCases(t, f, []testCase{
+		{"group_infos_equal_group_info_of_each_group", func(t *testing.T, f Factory) {
+			// Groups at different points share some frontiers and not
+			// others; retention is set so HoldsRetention is computed.
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 4)
+			e.clk.Advance(time.Second)
+			e.appendN(s, 1, 3)
+			require.NoError(t, e.c.SetRetention(e.ctx, s, rheo.Retention{MaxEvents: 2}))
+			var gs []string
+			for i := range 4 {
+				g := e.group(s, rheo.GroupConfig{MaxAttempts: 2 + i})
+				gs = append(gs, g)
+				ls := e.fetch(s, g, rheo.FetchOptions{Limit: 2 * i})
+				if i >= 2 {
+					e.ack(ls[:1]...)
+					require.NoError(t, e.c.Reject(e.ctx, ls[len(ls)-1], "bad"))
+				}
+			}
+			names := append(slices.Clone(gs[:2]), Name("missing"))
+			names = append(names, gs[2:]...)
+			infos, errs := e.c.GroupInfos(e.ctx, s, names)
+			require.Len(t, infos, len(names))
+			require.Len(t, errs, len(names))
+			for i, g := range names {
+				if i == 2 {
+					require.ErrorIs(t, errs[i], rheo.ErrGroupNotFound)
+					require.Equal(t, rheo.GroupInfo{}, infos[i])
+					continue
+				}
+				require.NoError(t, errs[i], g)
+				require.Equal(t, e.info(s, g), infos[i], g)
+			}
+			require.True(t, infos[0].HoldsRetention, "a group at the start holds MaxEvents back")
+			_, errs = e.c.GroupInfos(e.ctx, Name("nope"), gs[:1])
+			require.ErrorIs(t, errs[0], rheo.ErrStreamNotFound)
+		}},
 		{"group_info_of_a_fresh_group", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(2)

@@ -76,21 +76,37 @@ func Read(ctx context.Context, c *rheo.Client, groups []Group, concurrency int) 
 		snap.Streams = append(snap.Streams, Stream{Name: s, HighWatermarks: st.HighWatermarks})
 	}
 
+	// Each stream's groups are read in up to concurrency chunks, each by
+	// one GroupInfos call (which reads what the groups share once), and
+	// concurrency chunks at a time.
 	infos := make([]rheo.GroupInfo, len(groups))
 	gerrs := make([]error, len(groups))
+	byStream := map[string][]int{}
+	for i, g := range groups {
+		byStream[g.Stream] = append(byStream[g.Stream], i)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, concurrency)
-	for i, g := range groups {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			info, err := c.GroupInfo(ctx, g.Stream, g.Group)
-			if err != nil {
-				gerrs[i] = fmt.Errorf("group %q of stream %q: %w", g.Group, g.Stream, err)
-				return
-			}
-			infos[i] = info
-		})
+	for _, s := range streams {
+		idx := byStream[s]
+		size := max((len(idx)+concurrency-1)/concurrency, 1)
+		for chunk := range slices.Chunk(idx, size) {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				names := make([]string, len(chunk))
+				for j, i := range chunk {
+					names[j] = groups[i].Group
+				}
+				is, es := c.GroupInfos(ctx, s, names)
+				for j, i := range chunk {
+					infos[i] = is[j]
+					if es[j] != nil {
+						gerrs[i] = fmt.Errorf("group %q of stream %q: %w", groups[i].Group, groups[i].Stream, es[j])
+					}
+				}
+			})
+		}
 	}
 	wg.Wait()
 	for i := range groups {
