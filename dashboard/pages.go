@@ -102,24 +102,26 @@ func (d *Dashboard) gatherOverview(ctx context.Context) (overviewView, error) {
 				row.Err = err.Error()
 				return
 			}
-			var gw sync.WaitGroup
-			for j := range row.Groups {
-				gw.Go(func() {
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					g := &row.Groups[j]
-					info, err := d.c.GroupInfo(ctx, st.Name, g.Group)
-					if err != nil {
-						g.Err, g.Status, g.StatusClass = err.Error(), "error", "error"
-						return
-					}
-					*g = d.health(info, d.cfg.clock.Now())
-					mu.Lock()
-					v.Counts[g.Status]++
-					mu.Unlock()
-				})
+			// One GroupInfos call per stream reads what its groups share once.
+			names := make([]string, len(row.Groups))
+			for j, g := range row.Groups {
+				names[j] = g.Group
 			}
-			gw.Wait()
+			sem <- struct{}{}
+			infos, errs := d.c.GroupInfos(ctx, st.Name, names)
+			<-sem
+			now := d.cfg.clock.Now()
+			for j := range row.Groups {
+				g := &row.Groups[j]
+				if errs[j] != nil {
+					g.Err, g.Status, g.StatusClass = errs[j].Error(), "error", "error"
+					continue
+				}
+				*g = d.health(infos[j], now)
+				mu.Lock()
+				v.Counts[g.Status]++
+				mu.Unlock()
+			}
 		})
 	}
 	wg.Wait()
