@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -141,9 +142,12 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	p.conns[c] = s
 	p.mu.Unlock()
+	// cut is set by the upstream pipe before it forwards a request that
+	// arms CutAfter: from then on no reply reaches the client.
+	cut := new(atomic.Bool)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(c, s, c, true) })
-	wg.Go(func() { p.pipe(s, c, c, false) })
+	wg.Go(func() { p.pipe(c, s, c, true, cut) })
+	wg.Go(func() { p.pipe(s, c, c, false, cut) })
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.conns, c)
@@ -159,8 +163,10 @@ func (p *Proxy) wait() {
 }
 
 // pipe copies src to dst applying the faults; upstream is the client to
-// server direction, client the connection that identifies the pair.
-func (p *Proxy) pipe(src, dst, client net.Conn, upstream bool) {
+// server direction, client the connection that identifies the pair, and cut
+// the pair's flag that drops every reply once a CutAfter request is on its
+// way (so that however fast the server answers, the client never sees it).
+func (p *Proxy) pipe(src, dst, client net.Conn, upstream bool, cut *atomic.Bool) {
 	graceful := false
 	defer func() {
 		reset(src)
@@ -185,31 +191,38 @@ func (p *Proxy) pipe(src, dst, client net.Conn, upstream bool) {
 			if bw > 0 {
 				time.Sleep(time.Duration(n) * time.Second / time.Duration(bw))
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			if !upstream && cut.Load() {
+				continue // the reply to a cut request: dropped
 			}
+			fire := false
 			if upstream && pat != nil {
 				seen := append(tail, buf[:n]...)
 				if bytes.Contains(seen, pat) {
 					p.mu.Lock()
-					fire := p.cutOn != nil
+					fire = p.cutOn != nil
 					p.cutOn = nil
 					if fire {
 						p.cuts++
 					}
 					p.mu.Unlock()
-					if fire {
-						// The client loses the connection now, before any
-						// reply; the server gets a plain close after it has
-						// had time to read and run the request (a reset
-						// could make its kernel drop the unread request).
-						reset(client)
-						time.Sleep(100 * time.Millisecond)
-						graceful = true
-						return
-					}
 				}
 				tail = append(tail[:0], seen[max(0, len(seen)-len(pat)):]...)
+			}
+			if fire {
+				cut.Store(true) // before the request leaves: no reply gets through
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			if fire {
+				// The client loses the connection now, before any reply;
+				// the server gets a plain close after it has had time to
+				// read and run the request (a reset could make its kernel
+				// drop the unread request).
+				reset(client)
+				time.Sleep(100 * time.Millisecond)
+				graceful = true
+				return
 			}
 		}
 		if err != nil {
