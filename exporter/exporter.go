@@ -15,8 +15,9 @@
 // `rheo metrics --dsn DSN` serves the same handler from the command line.
 //
 // Every scrape reads the store: per stream one high-watermark read, per group
-// one GroupInfo (lag, counts, and one event read per lagging partition for
-// the oldest pending timestamp), never a scan of events.
+// its lag and counts through rheo.Client.GroupInfos (which reads the
+// stream's state and the oldest pending event of coinciding frontiers once
+// for many groups), never a scan of events.
 //
 // # Series
 //
