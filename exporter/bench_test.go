@@ -16,14 +16,24 @@ import (
 
 // BenchmarkScrape times one GET /metrics of a store with 10, 100 and 1,000
 // groups on one 4-partition stream of 400 events. Every group lags in every
-// partition, the most expensive case: GroupInfo then reads one event per
-// partition for the oldest pending timestamp. Groups are read 8 at a time
-// (the default). As a same-run baseline it reports what one GroupInfo
-// costs when called alone, one after another.
+// partition, the most expensive case: the oldest pending timestamp needs
+// the event at each partition's frontier. With frontiers=same every group
+// starts at the beginning, so their frontiers coincide (the scrape reads
+// those events once per chunk of groups); with frontiers=spread group g
+// starts after sequence g%100, so a chunk of groups shares few. Groups are
+// read 8 chunks at a time (the default). As a same-run baseline it reports
+// what one GroupInfo costs when called alone, one after another.
 func BenchmarkScrape(b *testing.B) {
 	for _, s := range []teststore.Store{teststore.SQLite, teststore.Postgres} {
-		for _, groups := range []int{10, 100, 1000} {
-			b.Run(fmt.Sprintf("%s/groups=%d", s.Name, groups), func(b *testing.B) {
+		for _, bc := range []struct {
+			groups int
+			spread bool
+		}{{10, false}, {100, false}, {1000, false}, {1000, true}} {
+			groups, layout := bc.groups, "same"
+			if bc.spread {
+				layout = "spread"
+			}
+			b.Run(fmt.Sprintf("%s/groups=%d/frontiers=%s", s.Name, groups, layout), func(b *testing.B) {
 				be, _ := s.Open(b)
 				c := rheo.New(be)
 				ctx := context.Background()
@@ -38,7 +48,11 @@ func BenchmarkScrape(b *testing.B) {
 					b.Fatal(err)
 				}
 				for g := range groups {
-					if err := c.CreateGroup(ctx, "orders", fmt.Sprintf("g%04d", g), rheo.GroupConfig{}); err != nil {
+					cfg := rheo.GroupConfig{}
+					if bc.spread {
+						cfg.Start = rheo.AfterSequence(int64(g % 100))
+					}
+					if err := c.CreateGroup(ctx, "orders", fmt.Sprintf("g%04d", g), cfg); err != nil {
 						b.Fatal(err)
 					}
 				}
