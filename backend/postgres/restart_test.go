@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -79,10 +80,7 @@ func startPrivateServer(t *testing.T) *privateServer {
 	s.dir = dir
 	s.data = filepath.Join(dir, "data")
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s.port = l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	s.port = freeLowPort(t)
 
 	s.run("initdb", "-D", s.data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
 	s.run("pg_ctl", "-D", s.data, "-l", filepath.Join(dir, "log"), "-w", "-t", "30", "-o", s.options(), "start")
@@ -308,4 +306,19 @@ func TestServerCrashRestart(t *testing.T) {
 	}
 	t.Logf("%d events stored (%d acknowledged appends, %d failed append batches), %d handled more than once",
 		len(stored), len(acked), failures.Load(), dups)
+}
+
+// freeLowPort returns a loopback port that is free now and lies below the
+// kernel's ephemeral range (32768 and up here): the server restarts on it,
+// and while it is down no outgoing connection of a busy machine can take it.
+func freeLowPort(t testing.TB) int {
+	for range 1000 {
+		p := 10000 + rand.IntN(22000)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			require.NoError(t, l.Close())
+			return p
+		}
+	}
+	t.Fatal("no free loopback port below 32000")
+	return 0
 }

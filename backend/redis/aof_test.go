@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,11 +37,8 @@ func startAOFServer(t *testing.T) *aofServer {
 		}
 		t.Skip("SKIPPING: " + msg)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	s := &aofServer{t: t, bin: bin, dir: t.TempDir(), port: port}
+	// A port below the ephemeral range, which the restart reuses.
+	s := &aofServer{t: t, bin: bin, dir: t.TempDir(), port: clusterPort(t, map[int]bool{})}
 	s.start()
 	t.Cleanup(func() {
 		if s.cmd != nil {
@@ -63,7 +59,10 @@ func (s *aofServer) start() {
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
-		require.True(s.t, time.Now().Before(deadline), "redis-server on port %d did not start", s.port)
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			require.FailNow(s.t, "redis-server did not start", "port %d; its log:\n%s", s.port, log)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -41,10 +41,12 @@ type clusterNode struct {
 func (n *clusterNode) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
 
 // clusterPort returns a port p such that p and its cluster bus port
-// p+10000 are both free now.
+// p+10000 are both free now. Both lie below the kernel's ephemeral range
+// (32768 and up here), so no outgoing connection of a busy machine can take
+// them before the server binds them.
 func clusterPort(t testing.TB, taken map[int]bool) int {
 	for range 1000 {
-		p := 20000 + rand.IntN(25000)
+		p := 10000 + rand.IntN(12700)
 		if taken[p] || taken[p+10000] {
 			continue
 		}
@@ -117,7 +119,10 @@ func (c *cluster) start(n *clusterNode, extra ...string) {
 	defer rc.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for rc.Ping(context.Background()).Err() != nil {
-		require.True(c.t, time.Now().Before(deadline), "redis-server on port %d did not start", n.port)
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(n.dir, "redis.log"))
+			require.FailNow(c.t, "redis-server did not start", "port %d; its log:\n%s", n.port, log)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
