@@ -1,0 +1,540 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/faultproxy"
+	"github.com/rheo-go/rheo/internal/teststore"
+)
+
+// EnvWorker holds a worker process's WorkerConfig (JSON): a test binary
+// started with it runs RunWorker instead of the soak.
+const EnvWorker = "RHEO_SOAK_WORKER"
+
+// Fault kinds the chaos loop injects.
+const (
+	FaultKill      = "kill"      // SIGKILL a worker and start it again
+	FaultLatency   = "latency"   // delay a proxied worker's traffic for a while
+	FaultPartition = "partition" // cut a proxied worker off for longer than its lease
+	FaultCut       = "cut"       // reset a proxied worker's connection right after a request reached the server
+)
+
+// Config is one store's soak.
+type Config struct {
+	Store       string        // sqlite, postgres, redis
+	Duration    time.Duration // how long the producer and the chaos run
+	Rate        int           // appends per second
+	Workers     int           // worker processes
+	Partitions  int           //
+	MaxAttempts int           //
+	Lease       time.Duration // the workers' lease
+	// TestRun is the -test.run pattern that makes the test binary a worker
+	// when EnvWorker is set.
+	TestRun string
+}
+
+// Summary is one store's figures.
+type Summary struct {
+	Store      string
+	Appended   int
+	Deliveries int
+	Duplicates map[string]int
+	Retries    int
+	Rejected   int
+	Exhausted  int
+	Faults     map[string]int
+	MaxLag     int64
+	P50, P99   time.Duration
+	Duration   time.Duration // from the first append to lag 0
+	Violations []string
+}
+
+// Row formats the summary as a row of the docs' table.
+func (s Summary) Row() string {
+	return fmt.Sprintf("| %s | %s | %d | %d | %s | %d | %d | %s | %d | %s / %s |",
+		s.Store, s.Duration.Round(time.Second), s.Appended, s.Deliveries, counts(s.Duplicates), s.Retries,
+		s.Rejected+s.Exhausted, counts(s.Faults), s.MaxLag, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+}
+
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// slot is one worker position: its incarnations come and go, its fault
+// proxy (nil for a direct worker) stays.
+type slot struct {
+	name  string
+	proxy *faultproxy.Proxy
+	dsn   string
+
+	mu   sync.Mutex
+	inc  int
+	cmd  *exec.Cmd
+	cur  string        // the running incarnation
+	done chan struct{} // closed when cur exited
+	kill bool          // cur is being killed on purpose
+}
+
+type runner struct {
+	t    testing.TB
+	cfg  Config
+	dir  string
+	c    *rheo.Client
+	cut  []byte // the CutAfter pattern of the store's protocol
+	exit chan string
+
+	mu       sync.Mutex
+	slots    []*slot
+	killed   map[string]time.Time
+	journals []string
+	faults   map[string]int
+	stopping bool
+}
+
+const stream, group = "soak", "workers"
+
+// Run soaks one store and returns its summary; the caller fails the test on
+// violations.
+func Run(t testing.TB, cfg Config) Summary {
+	t.Helper()
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), killed: map[string]time.Time{}, faults: map[string]int{},
+		exit: make(chan string, 64)}
+	var store teststore.Store
+	switch cfg.Store {
+	case "sqlite":
+		store = teststore.SQLite
+	case "postgres":
+		store, r.cut = teststore.Postgres, []byte("commit")
+	case "redis":
+		store, r.cut = teststore.Redis, []byte("evalsha")
+	default:
+		t.Fatalf("soak: unknown store %q (known: sqlite, postgres, redis)", cfg.Store)
+	}
+	be, dsn := store.Open(t)
+	r.c = rheo.New(be)
+	ctx := context.Background()
+	if err := r.c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: cfg.Partitions}); err != nil {
+		t.Fatalf("soak: create stream: %v", err)
+	}
+	if err := r.c.CreateGroup(ctx, stream, group, rheo.GroupConfig{MaxAttempts: cfg.MaxAttempts}); err != nil {
+		t.Fatalf("soak: create group: %v", err)
+	}
+
+	// Workers: on a networked store all but the last go through a fault
+	// proxy of their own.
+	for i := range cfg.Workers {
+		s := &slot{name: fmt.Sprintf("w%d", i+1), dsn: dsn}
+		if r.cut != nil && i < cfg.Workers-1 {
+			s.proxy, s.dsn = r.proxy(dsn)
+		}
+		r.slots = append(r.slots, s)
+	}
+	t.Cleanup(r.killAll)
+	for _, s := range r.slots {
+		r.start(s)
+	}
+
+	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
+	defer stopRun()
+	var wg sync.WaitGroup
+	var appended []Record
+	var produceErr error
+	began := time.Now()
+	wg.Go(func() { appended, produceErr = r.produce(runCtx) })
+	wg.Go(func() { r.chaos(runCtx) })
+	var (
+		samples []Sample
+		maxLag  int64
+		sampErr error
+	)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		samples, maxLag, sampErr = r.sample(sampleCtx)
+	}()
+	wg.Wait()
+	if produceErr != nil {
+		t.Fatalf("soak %s: producer: %v", cfg.Store, produceErr)
+	}
+
+	// Heal, and let the workers drain the group.
+	for _, s := range r.slots {
+		if s.proxy != nil {
+			s.proxy.SetLatency(0)
+			s.proxy.CutAfter(nil)
+			s.proxy.Heal()
+		}
+	}
+	drainDeadline := time.Now().Add(3*time.Minute + cfg.Duration)
+	var lag rheo.Lag
+	for {
+		var err error
+		lag, err = r.c.Lag(ctx, stream, group)
+		if err == nil && lag.Total == 0 {
+			break
+		}
+		if time.Now().After(drainDeadline) {
+			t.Errorf("soak %s: the workers did not drain the group in time: lag %+v, %v", cfg.Store, lag, err)
+			break
+		}
+		select {
+		case name := <-r.exit:
+			t.Errorf("soak %s: worker %s exited on its own during the drain (its log: %s)", cfg.Store, name, r.logTail(name))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	took := time.Since(began)
+	stopSampling()
+	<-sampled
+	if sampErr != nil {
+		t.Errorf("soak %s: lag sampler: %v", cfg.Store, sampErr)
+	}
+	r.stopAll()
+
+	// Collect and check.
+	in := Input{MaxAttempts: cfg.MaxAttempts, Rejected: Rejects, Appended: appended, Killed: r.killed,
+		Samples: samples, FinalLag: lag.Total}
+	for _, p := range lag.Partitions {
+		in.Stored += p.HighWatermark
+	}
+	for _, path := range r.journals {
+		recs, err := ReadJournal(path)
+		if err != nil {
+			t.Fatalf("soak %s: %v", cfg.Store, err)
+		}
+		in.Records = append(in.Records, recs...)
+	}
+	opts := rheo.DeadLetterOptions{Limit: 1000}
+	for {
+		dls, err := r.c.DeadLetters(ctx, stream, group, opts)
+		if err != nil {
+			t.Fatalf("soak %s: dead letters: %v", cfg.Store, err)
+		}
+		for _, d := range dls {
+			in.DeadLetters = append(in.DeadLetters, DeadLetter{Event: d.EventID, Reason: d.Reason, Attempts: d.Attempts, At: d.DeadLetteredAt})
+		}
+		if len(dls) < opts.Limit {
+			break
+		}
+		opts.After = dls[len(dls)-1].EventID
+	}
+	res := Check(in)
+	return Summary{Store: cfg.Store, Appended: res.Appended, Deliveries: res.Deliveries, Duplicates: res.Duplicates,
+		Retries: res.Retries, Rejected: res.Rejected, Exhausted: res.Exhausted, Faults: r.faults, MaxLag: maxLag,
+		P50: res.P50, P99: res.P99, Duration: took, Violations: res.Violations}
+}
+
+// proxy starts a fault proxy in front of dsn's server and returns it with
+// the DSN that goes through it.
+func (r *runner) proxy(dsn string) (*faultproxy.Proxy, string) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		r.t.Fatalf("soak: DSN does not parse: %v", err)
+	}
+	px, err := faultproxy.Start(u.Host)
+	if err != nil {
+		r.t.Fatalf("soak: fault proxy: %v", err)
+	}
+	r.t.Cleanup(func() { _ = px.Close() })
+	u.Host = px.Addr()
+	if u.Scheme == "redis" {
+		// go-redis's own retries would hide the faults.
+		q := u.Query()
+		q.Set("max_retries", "-1")
+		u.RawQuery = q.Encode()
+	}
+	return px, u.String()
+}
+
+// start starts a new incarnation of s.
+func (r *runner) start(s *slot) {
+	r.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inc++
+	name := fmt.Sprintf("%s.%d", s.name, s.inc)
+	journal := filepath.Join(r.dir, name+".journal")
+	wc, _ := json.Marshal(WorkerConfig{Name: name, DSN: s.dsn, Stream: stream, Group: group, Journal: journal,
+		Lease: r.cfg.Lease, MaxAttempts: r.cfg.MaxAttempts})
+	cmd := exec.Command(os.Args[0], "-test.run="+r.cfg.TestRun, "-test.count=1")
+	cmd.Env = append(os.Environ(), EnvWorker+"="+string(wc))
+	logf, err := os.Create(filepath.Join(r.dir, name+".log"))
+	if err != nil {
+		r.t.Fatalf("soak: worker log: %v", err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("soak: start worker %s: %v", name, err)
+	}
+	r.mu.Lock()
+	r.journals = append(r.journals, journal)
+	r.mu.Unlock()
+	done := make(chan struct{})
+	s.cmd, s.cur, s.done, s.kill = cmd, name, done, false
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+		s.mu.Lock()
+		onPurpose := s.kill
+		s.mu.Unlock()
+		r.mu.Lock()
+		stopping := r.stopping
+		r.mu.Unlock()
+		if !onPurpose && !stopping {
+			r.exit <- name
+		}
+	}()
+}
+
+// killAndRestart SIGKILLs s's running incarnation and starts the next.
+func (r *runner) killAndRestart(s *slot) {
+	s.mu.Lock()
+	cmd, done, name := s.cmd, s.done, s.cur
+	s.kill = true
+	s.mu.Unlock()
+	at := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+	r.mu.Lock()
+	r.killed[name] = at
+	r.faults[FaultKill]++
+	r.mu.Unlock()
+	r.start(s)
+}
+
+// stopAll stops every worker with SIGTERM (the consumer drains and
+// returns), then fails the test for any that does not exit cleanly in time.
+func (r *runner) stopAll() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	for _, s := range r.slots {
+		s.mu.Lock()
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		s.mu.Unlock()
+	}
+	for _, s := range r.slots {
+		s.mu.Lock()
+		cmd, done, name := s.cmd, s.done, s.cur
+		s.mu.Unlock()
+		select {
+		case <-done:
+			if !cmd.ProcessState.Success() {
+				r.t.Errorf("soak %s: worker %s exited with %v (its log: %s)", r.cfg.Store, name, cmd.ProcessState, r.logTail(name))
+			}
+		case <-time.After(60 * time.Second):
+			r.t.Errorf("soak %s: worker %s did not stop within 60s of SIGTERM", r.cfg.Store, name)
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// killAll kills whatever still runs (a failed test's cleanup).
+func (r *runner) killAll() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	for _, s := range r.slots {
+		s.mu.Lock()
+		cmd, done := s.cmd, s.done
+		s.kill = true
+		s.mu.Unlock()
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+func (r *runner) logTail(name string) string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, name+".log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strconv.Quote(string(b))
+}
+
+// produce appends Rate events a second until ctx ends. An append that
+// fails with ErrAmbiguous or ErrBackendUnavailable is retried with the same
+// event ID (idempotent) until it succeeds.
+func (r *runner) produce(ctx context.Context) ([]Record, error) {
+	var out []Record
+	tick := time.NewTicker(time.Second / time.Duration(r.cfg.Rate))
+	defer tick.Stop()
+	for n := int64(1); ; n++ {
+		select {
+		case <-ctx.Done():
+			return out, nil
+		case <-tick.C:
+		}
+		id := fmt.Sprintf("soak-%07d", n)
+		msg := rheo.Message{ID: id, Type: "soak", Key: strconv.FormatInt(n, 10), Payload: fmt.Appendf(nil, `{"n":%d}`, n)}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			e, err := r.c.Append(actx, stream, msg)
+			cancel()
+			if err == nil {
+				out = append(out, Record{Kind: KindAppend, Event: e.ID, N: n, Partition: e.Partition, Seq: e.Sequence, T: time.Now().UnixNano()})
+				break
+			}
+			if !errors.Is(err, rheo.ErrAmbiguous) && !errors.Is(err, rheo.ErrBackendUnavailable) || time.Now().After(deadline) {
+				return out, fmt.Errorf("append %s: %w", id, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// sample reads the group's frontier every 200ms until ctx ends.
+func (r *runner) sample(ctx context.Context) ([]Sample, int64, error) {
+	var out []Sample
+	var maxLag int64
+	failures := 0
+	for ctx.Err() == nil {
+		start := time.Now()
+		lag, err := r.c.Lag(ctx, stream, group)
+		end := time.Now()
+		switch {
+		case err == nil:
+			s := Sample{Start: start, End: end, Frontier: map[int]int64{}}
+			for _, p := range lag.Partitions {
+				s.Frontier[p.Partition] = p.Frontier
+			}
+			out = append(out, s)
+			maxLag = max(maxLag, lag.Total)
+		case ctx.Err() == nil:
+			if failures++; failures > 100 {
+				return out, maxLag, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return out, maxLag, nil
+}
+
+// chaos injects a fault every 1.5–4s until ctx ends: mostly SIGKILLs, and
+// on networked stores latency, partitions longer than the lease, and
+// connection resets after a request reached the server.
+func (r *runner) chaos(ctx context.Context) {
+	kinds := []string{FaultKill}
+	var proxied []*slot
+	for _, s := range r.slots {
+		if s.proxy != nil {
+			proxied = append(proxied, s)
+		}
+	}
+	if len(proxied) > 0 {
+		kinds = append(kinds, FaultLatency, FaultPartition, FaultCut)
+	}
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	for i := 0; ; i++ {
+		if !sleep(1500*time.Millisecond + time.Duration(rand.IntN(2500))*time.Millisecond) {
+			return
+		}
+		select {
+		case name := <-r.exit:
+			r.t.Errorf("soak %s: worker %s exited on its own (its log: %s)", r.cfg.Store, name, r.logTail(name))
+		default:
+		}
+		kind := kinds[i%len(kinds)]
+		if i%2 == 0 {
+			kind = FaultKill // half the faults are kills
+		}
+		switch kind {
+		case FaultKill:
+			r.killAndRestart(r.slots[rand.IntN(len(r.slots))])
+		case FaultLatency:
+			px := proxied[rand.IntN(len(proxied))].proxy
+			px.SetLatency(time.Duration(5+rand.IntN(40)) * time.Millisecond)
+			r.count(kind)
+			sleep(3 * time.Second)
+			px.SetLatency(0)
+		case FaultPartition:
+			px := proxied[rand.IntN(len(proxied))].proxy
+			px.Partition()
+			r.count(kind)
+			sleep(r.cfg.Lease*2 + time.Second)
+			px.Heal()
+		case FaultCut:
+			px := proxied[rand.IntN(len(proxied))].proxy
+			before := px.Cuts()
+			px.CutAfter(r.cut)
+			for range 30 {
+				if px.Cuts() > before || !sleep(100*time.Millisecond) {
+					break
+				}
+			}
+			px.CutAfter(nil)
+			if px.Cuts() > before {
+				r.count(kind)
+			}
+		}
+	}
+}
+
+func (r *runner) count(kind string) {
+	r.mu.Lock()
+	r.faults[kind]++
+	r.mu.Unlock()
+}
+
+// Stores lists the stores Run knows.
+func Stores() []string { return []string{"sqlite", "postgres", "redis"} }
+
+// ParseStores checks a comma-separated list of store names.
+func ParseStores(s string) ([]string, error) {
+	var out []string
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(Stores(), name) {
+			return nil, fmt.Errorf("unknown soak store %q (known: %s)", name, strings.Join(Stores(), ", "))
+		}
+		out = append(out, name)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no soak store named in %q (known: %s)", s, strings.Join(Stores(), ", "))
+	}
+	return out, nil
+}
