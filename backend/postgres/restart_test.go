@@ -2,19 +2,11 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,119 +14,21 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/postgres"
+	"github.com/rheo-go/rheo/internal/testserver"
 )
 
-// privateServer is a PostgreSQL instance of this test alone, in a temporary
-// directory, so that it can be crashed without disturbing the shared server
-// other packages test against.
-type privateServer struct {
-	t    *testing.T
-	bin  string // directory of initdb, pg_ctl, postgres
-	dir  string // owned by the server's OS user
-	data string
-	port int
-	cred *syscall.Credential // nil when not running as root
-}
+// privateServer is a PostgreSQL instance of this test alone
+// (internal/testserver), so that it can be crashed without disturbing the
+// shared server other packages test against.
+type privateServer struct{ *testserver.Postgres }
 
-// skipOrFail skips loudly, or fails under CI=true, when the test cannot run.
-func skipOrFail(t *testing.T, format string, args ...any) {
+func startPrivateServer(t *testing.T) privateServer {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (required under CI)", msg)
-	}
-	t.Skipf("SKIPPING: %s", msg)
+	return privateServer{testserver.StartPostgres(t)}
 }
 
-// startPrivateServer initdbs a cluster in a fresh temporary directory and
-// starts it on a free port, fsync on, sockets in the directory. PostgreSQL
-// refuses to run as root: as root, the server runs as the "postgres" OS user.
-func startPrivateServer(t *testing.T) *privateServer {
-	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		if p, err := exec.LookPath("initdb"); err == nil {
-			bins = []string{p}
-		}
-	}
-	if len(bins) == 0 {
-		skipOrFail(t, "no PostgreSQL server binaries (initdb) under /usr/lib/postgresql/*/bin or on PATH")
-	}
-	// Highest major version first.
-	sort.Slice(bins, func(i, j int) bool { return pgMajor(bins[i]) > pgMajor(bins[j]) })
-	s := &privateServer{t: t, bin: filepath.Dir(bins[0])}
-
-	dir, err := os.MkdirTemp("", "rheo-pg-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			skipOrFail(t, "running as root and there is no postgres OS user to run the server as: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		require.NoError(t, os.Chown(dir, uid, gid))
-	}
-	s.dir = dir
-	s.data = filepath.Join(dir, "data")
-
-	s.port = freeLowPort(t)
-
-	s.run("initdb", "-D", s.data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
-	s.run("pg_ctl", "-D", s.data, "-l", filepath.Join(dir, "log"), "-w", "-t", "30", "-o", s.options(), "start")
-	t.Cleanup(func() {
-		cmd := s.cmd("pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Logf("stop private server: %v\n%s", err, out)
-		}
-	})
-	return s
-}
-
-func pgMajor(initdb string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(initdb))))
-	return n
-}
-
-// options are the server's settings: a small footprint, durable commits.
-func (s *privateServer) options() string {
-	return fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on "+
-		"-c max_connections=30 -c shared_buffers=16MB", s.port, s.dir)
-}
-
-func (s *privateServer) cmd(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(s.bin, name), args...)
-	cmd.Dir = s.dir
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
-	if s.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	}
-	return cmd
-}
-
-func (s *privateServer) run(name string, args ...string) {
-	s.t.Helper()
-	out, err := s.cmd(name, args...).CombinedOutput()
-	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
-		s.t.Fatalf("%s %v: %v\n%s\nserver log:\n%s", name, args, err, out, log)
-	}
-}
-
-// crashRestart kills the server without a shutdown checkpoint (every
-// backend process gets SIGQUIT) and starts it again, which replays the WAL:
-// the restart a crash causes.
-func (s *privateServer) crashRestart() {
-	s.t.Helper()
-	s.run("pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "log"), "-m", "immediate", "-w", "-t", "30",
-		"-o", s.options(), "restart")
-}
-
-func (s *privateServer) dsn() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", s.port)
-}
+func (s privateServer) crashRestart() { s.CrashRestart() }
+func (s privateServer) dsn() string   { return s.DSN() }
 
 // TestServerCrashRestart crashes the PostgreSQL server (pg_ctl restart -m
 // immediate) while a consumer works through a stream that a producer keeps
@@ -306,19 +200,4 @@ func TestServerCrashRestart(t *testing.T) {
 	}
 	t.Logf("%d events stored (%d acknowledged appends, %d failed append batches), %d handled more than once",
 		len(stored), len(acked), failures.Load(), dups)
-}
-
-// freeLowPort returns a loopback port that is free now and lies below the
-// kernel's ephemeral range (32768 and up here): the server restarts on it,
-// and while it is down no outgoing connection of a busy machine can take it.
-func freeLowPort(t testing.TB) int {
-	for range 1000 {
-		p := 10000 + rand.IntN(22000)
-		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
-			require.NoError(t, l.Close())
-			return p
-		}
-	}
-	t.Fatal("no free loopback port below 32000")
-	return 0
 }

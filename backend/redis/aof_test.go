@@ -2,89 +2,26 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/clock"
+	"github.com/rheo-go/rheo/internal/testserver"
 )
-
-// aofServer is a redis-server of the test's own, with AOF fsynced on every
-// write, on a free port.
-type aofServer struct {
-	t    *testing.T
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
-}
-
-func startAOFServer(t *testing.T) *aofServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		msg := "REDIS-SERVER BINARY NOT FOUND: the AOF restart test needs it on PATH"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPING: " + msg)
-	}
-	// A port below the ephemeral range, which the restart reuses.
-	s := &aofServer{t: t, bin: bin, dir: t.TempDir(), port: clusterPort(t, map[int]bool{})}
-	s.start()
-	t.Cleanup(func() {
-		if s.cmd != nil {
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
-		}
-	})
-	return s
-}
-
-func (s *aofServer) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "--port", fmt.Sprint(s.port), "--bind", "127.0.0.1",
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"))
-	require.NoError(s.t, s.cmd.Start())
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr(), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			require.FailNow(s.t, "redis-server did not start", "port %d; its log:\n%s", s.port, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill9 kills the server without letting it shut down cleanly.
-func (s *aofServer) kill9() {
-	require.NoError(s.t, s.cmd.Process.Kill())
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
-
-func (s *aofServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
 
 // TestAOFRestart: with appendonly yes and appendfsync always, a kill -9 and
 // restart of Redis loses nothing that was acknowledged: appended events,
 // acks, nacks, dead letters and the frontier.
 func TestAOFRestart(t *testing.T) {
-	srv := startAOFServer(t)
+	srv := testserver.StartRedis(t)
 	ctx := context.Background()
 	clk := clock.NewFrozen(epoch)
 	open := func() *rheo.Client {
-		be, err := redis.Open(ctx, "redis://"+srv.addr()+"/0")
+		be, err := redis.Open(ctx, "redis://"+srv.Addr()+"/0")
 		require.NoError(t, err)
 		c := rheo.New(be, rheo.WithClock(clk))
 		t.Cleanup(func() { _ = c.Close() })
@@ -116,8 +53,8 @@ func TestAOFRestart(t *testing.T) {
 		before = append(before, evs)
 	}
 
-	srv.kill9()
-	srv.start()
+	srv.Kill9()
+	srv.Start()
 	c = open()
 
 	for p := range 3 {
