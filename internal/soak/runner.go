@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/internal/faultproxy"
+	"github.com/rheo-go/rheo/internal/testserver"
 	"github.com/rheo-go/rheo/internal/teststore"
 )
 
@@ -33,6 +36,7 @@ const (
 	FaultLatency   = "latency"   // delay a proxied worker's traffic for a while
 	FaultPartition = "partition" // cut a proxied worker off for longer than its lease
 	FaultCut       = "cut"       // reset a proxied worker's connection right after a request reached the server
+	FaultRestart   = "restart"   // crash the private server and start it again
 )
 
 // Config is one store's soak.
@@ -101,12 +105,15 @@ type slot struct {
 }
 
 type runner struct {
-	t    testing.TB
-	cfg  Config
-	dir  string
-	c    *rheo.Client
-	cut  []byte // the CutAfter pattern of the store's protocol
-	exit chan string
+	t   testing.TB
+	cfg Config
+	dir string
+	c   *rheo.Client
+	cut []byte // the CutAfter pattern of the store's protocol
+	// restart crashes the store's private server and starts it again (nil
+	// for SQLite).
+	restart func()
+	exit    chan string
 
 	mu       sync.Mutex
 	slots    []*slot
@@ -124,19 +131,28 @@ func Run(t testing.TB, cfg Config) Summary {
 	t.Helper()
 	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), killed: map[string]time.Time{}, faults: map[string]int{},
 		exit: make(chan string, 64)}
-	var store teststore.Store
+	// PostgreSQL and Redis run as private servers of the soak, so that the
+	// chaos loop can crash them: PostgreSQL restarted in immediate mode
+	// (WAL replay), Redis SIGKILLed with appendonly yes and appendfsync
+	// always.
+	var dsn string
 	switch cfg.Store {
 	case "sqlite":
-		store = teststore.SQLite
+		var be rheo.Backend
+		be, dsn = teststore.SQLite.Open(t)
+		r.c = rheo.New(be)
 	case "postgres":
-		store, r.cut = teststore.Postgres, []byte("commit")
+		srv := testserver.StartPostgres(t)
+		dsn, r.cut, r.restart = srv.DSN(), []byte("commit"), srv.CrashRestart
+		r.c = r.open(dsn)
 	case "redis":
-		store, r.cut = teststore.Redis, []byte("evalsha")
+		srv := testserver.StartRedis(t)
+		dsn, r.cut = "redis://"+srv.Addr()+"/0?key_prefix=soak:", []byte("evalsha")
+		r.restart = func() { srv.Kill9(); srv.Start() }
+		r.c = r.open(dsn)
 	default:
-		t.Fatalf("soak: unknown store %q (known: sqlite, postgres, redis)", cfg.Store)
+		t.Fatalf("soak: unknown store %q (known: %s)", cfg.Store, strings.Join(Stores(), ", "))
 	}
-	be, dsn := store.Open(t)
-	r.c = rheo.New(be)
 	ctx := context.Background()
 	if err := r.c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: cfg.Partitions}); err != nil {
 		t.Fatalf("soak: create stream: %v", err)
@@ -248,6 +264,22 @@ func Run(t testing.TB, cfg Config) Summary {
 	return Summary{Store: cfg.Store, Appended: res.Appended, Deliveries: res.Deliveries, Duplicates: res.Duplicates,
 		Retries: res.Retries, Rejected: res.Rejected, Exhausted: res.Exhausted, Faults: r.faults, MaxLag: maxLag,
 		P50: res.P50, P99: res.P99, Duration: took, Violations: res.Violations}
+}
+
+// open opens and migrates the store for the producer and the checker.
+func (r *runner) open(dsn string) *rheo.Client {
+	r.t.Helper()
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := rheo.Open(ctx, dsn, rheo.WithLogger(quiet))
+	if err != nil {
+		r.t.Fatalf("soak: open %s: %v", r.cfg.Store, err)
+	}
+	r.t.Cleanup(func() { _ = c.Close() })
+	if err := c.Migrate(ctx); err != nil {
+		r.t.Fatalf("soak: migrate %s: %v", r.cfg.Store, err)
+	}
+	return c
 }
 
 // proxy starts a fault proxy in front of dsn's server and returns it with
@@ -432,9 +464,14 @@ func (r *runner) sample(ctx context.Context) ([]Sample, int64, error) {
 			out = append(out, s)
 			maxLag = max(maxLag, lag.Total)
 		case ctx.Err() == nil:
-			if failures++; failures > 100 {
+			// The server may be restarting: give up only after a long
+			// run of failures.
+			if failures++; failures > 300 {
 				return out, maxLag, err
 			}
+		}
+		if err == nil {
+			failures = 0
 		}
 		select {
 		case <-ctx.Done():
@@ -448,7 +485,7 @@ func (r *runner) sample(ctx context.Context) ([]Sample, int64, error) {
 // on networked stores latency, partitions longer than the lease, and
 // connection resets after a request reached the server.
 func (r *runner) chaos(ctx context.Context) {
-	kinds := []string{FaultKill}
+	var kinds []string // the faults besides kills, in turn
 	var proxied []*slot
 	for _, s := range r.slots {
 		if s.proxy != nil {
@@ -457,6 +494,9 @@ func (r *runner) chaos(ctx context.Context) {
 	}
 	if len(proxied) > 0 {
 		kinds = append(kinds, FaultLatency, FaultPartition, FaultCut)
+	}
+	if r.restart != nil {
+		kinds = append(kinds, FaultRestart)
 	}
 	sleep := func(d time.Duration) bool {
 		select {
@@ -475,9 +515,9 @@ func (r *runner) chaos(ctx context.Context) {
 			r.t.Errorf("soak %s: worker %s exited on its own (its log: %s)", r.cfg.Store, name, r.logTail(name))
 		default:
 		}
-		kind := kinds[i%len(kinds)]
-		if i%2 == 0 {
-			kind = FaultKill // half the faults are kills
+		kind := FaultKill // half the faults are kills, all of them on SQLite
+		if i%2 == 1 && len(kinds) > 0 {
+			kind = kinds[(i/2)%len(kinds)]
 		}
 		switch kind {
 		case FaultKill:
@@ -494,6 +534,9 @@ func (r *runner) chaos(ctx context.Context) {
 			r.count(kind)
 			sleep(r.cfg.Lease*2 + time.Second)
 			px.Heal()
+		case FaultRestart:
+			r.restart()
+			r.count(kind)
 		case FaultCut:
 			px := proxied[rand.IntN(len(proxied))].proxy
 			before := px.Cuts()
