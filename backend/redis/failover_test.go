@@ -14,6 +14,7 @@ import (
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/clock"
+	"github.com/rheo-go/rheo/internal/testserver"
 )
 
 // failoverResult counts what a failover did to acknowledged writes.
@@ -34,8 +35,8 @@ func (r failoverResult) String() string {
 // until the cluster is whole again, and counts the acknowledged appends
 // and acks that did not survive.
 func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResult {
-	cl := startCluster(t)
-	cc := cl.client(t)
+	cl := testserver.StartCluster(t)
+	cc := cl.Client(t)
 	ctx := context.Background()
 	prefix := uniquePrefix()
 	clk := clock.NewFrozen(epoch)
@@ -44,8 +45,8 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 	const stream = "failover"
 	require.NoError(t, c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: 4}))
 	require.NoError(t, c.CreateGroup(ctx, stream, "g", rheo.GroupConfig{MaxAttempts: 1000}))
-	primary := cl.primaryOf(t, cc, prefix+"{"+stream+"}:meta")
-	replica := cl.replicaOf(t, primary)
+	primary := cl.PrimaryOf(t, cc, prefix+"{"+stream+"}:meta")
+	replica := cl.ReplicaOf(t, primary)
 
 	var (
 		mu       sync.Mutex
@@ -122,7 +123,7 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 	progress(300, 1<<30)
 	switch fault {
 	case "manual":
-		rc := goredis.NewClient(&goredis.Options{Addr: replica.addr()})
+		rc := goredis.NewClient(&goredis.Options{Addr: replica.Addr()})
 		require.NoError(t, rc.Do(ctx, "CLUSTER", "FAILOVER").Err())
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -135,12 +136,12 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 		}
 		rc.Close()
 	case "kill":
-		cl.kill9(primary)
+		cl.Kill9(primary)
 	}
-	cl.waitHealthy(3)
+	cl.WaitHealthy(3)
 	require.Eventually(t, func() bool {
 		cc.ReloadState(ctx)
-		return cl.primaryOf(t, cc, prefix+"{"+stream+"}:meta") == replica
+		return cl.PrimaryOf(t, cc, prefix+"{"+stream+"}:meta") == replica
 	}, 60*time.Second, 50*time.Millisecond, "the replica serves the stream now")
 	mu.Lock()
 	before, amb := len(appended), res.ambiguous
