@@ -20,7 +20,10 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/internal/faultproxy"
 	"github.com/rheo-go/rheo/internal/testserver"
 	"github.com/rheo-go/rheo/internal/teststore"
@@ -37,6 +40,7 @@ const (
 	FaultPartition = "partition" // cut a proxied worker off for longer than its lease
 	FaultCut       = "cut"       // reset a proxied worker's connection right after a request reached the server
 	FaultRestart   = "restart"   // crash the private server and start it again
+	FaultFailover  = "failover"  // fail the stream's Redis Cluster primary over to its replica
 )
 
 // Config is one store's soak.
@@ -113,7 +117,11 @@ type runner struct {
 	// restart crashes the store's private server and starts it again (nil
 	// for SQLite).
 	restart func()
-	exit    chan string
+	// failover moves the stream's slot to its primary's replica (Redis
+	// Cluster only).
+	failover func()
+	cluster  []string // Redis Cluster node addresses
+	exit     chan string
 
 	mu       sync.Mutex
 	slots    []*slot
@@ -136,6 +144,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	// (WAL replay), Redis SIGKILLed with appendonly yes and appendfsync
 	// always.
 	var dsn string
+	ctx := context.Background()
 	switch cfg.Store {
 	case "sqlite":
 		var be rheo.Backend
@@ -150,10 +159,20 @@ func Run(t testing.TB, cfg Config) Summary {
 		dsn, r.cut = "redis://"+srv.Addr()+"/0?key_prefix=soak:", []byte("evalsha")
 		r.restart = func() { srv.Kill9(); srv.Start() }
 		r.c = r.open(dsn)
+	case "redis-cluster":
+		cl := testserver.StartCluster(t)
+		cc := cl.Client(t)
+		r.cluster = cl.Addrs()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		r.c = rheo.New(redis.New(cc, redis.WithKeyPrefix(clusterPrefix)), rheo.WithLogger(quiet))
+		t.Cleanup(func() { _ = r.c.Close() })
+		if err := r.c.Migrate(ctx); err != nil {
+			t.Fatalf("soak: migrate redis-cluster: %v", err)
+		}
+		r.failover = func() { failover(t, cl, cc) }
 	default:
 		t.Fatalf("soak: unknown store %q (known: %s)", cfg.Store, strings.Join(Stores(), ", "))
 	}
-	ctx := context.Background()
 	if err := r.c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: cfg.Partitions}); err != nil {
 		t.Fatalf("soak: create stream: %v", err)
 	}
@@ -313,7 +332,7 @@ func (r *runner) start(s *slot) {
 	name := fmt.Sprintf("%s.%d", s.name, s.inc)
 	journal := filepath.Join(r.dir, name+".journal")
 	wc, _ := json.Marshal(WorkerConfig{Name: name, DSN: s.dsn, Stream: stream, Group: group, Journal: journal,
-		Lease: r.cfg.Lease, MaxAttempts: r.cfg.MaxAttempts})
+		Lease: r.cfg.Lease, MaxAttempts: r.cfg.MaxAttempts, ClusterAddrs: r.cluster, KeyPrefix: clusterPrefix})
 	cmd := exec.Command(os.Args[0], "-test.run="+r.cfg.TestRun, "-test.count=1")
 	cmd.Env = append(os.Environ(), EnvWorker+"="+string(wc))
 	logf, err := os.Create(filepath.Join(r.dir, name+".log"))
@@ -498,6 +517,9 @@ func (r *runner) chaos(ctx context.Context) {
 	if r.restart != nil {
 		kinds = append(kinds, FaultRestart)
 	}
+	if r.failover != nil {
+		kinds = append(kinds, FaultFailover)
+	}
 	sleep := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
@@ -534,6 +556,9 @@ func (r *runner) chaos(ctx context.Context) {
 			r.count(kind)
 			sleep(r.cfg.Lease*2 + time.Second)
 			px.Heal()
+		case FaultFailover:
+			r.failover()
+			r.count(kind)
 		case FaultRestart:
 			r.restart()
 			r.count(kind)
@@ -561,7 +586,45 @@ func (r *runner) count(kind string) {
 }
 
 // Stores lists the stores Run knows.
-func Stores() []string { return []string{"sqlite", "postgres", "redis"} }
+func Stores() []string { return []string{"sqlite", "postgres", "redis", "redis-cluster"} }
+
+// clusterPrefix is the key prefix on the private Redis Cluster.
+const clusterPrefix = "soak:"
+
+// failover fails the stream's primary over to its replica with CLUSTER
+// FAILOVER (coordinated: the replica catches up first, so no acknowledged
+// write is lost) and waits until the cluster is whole again.
+func failover(t testing.TB, cl *testserver.Cluster, cc *goredis.ClusterClient) {
+	ctx := context.Background()
+	primary := cl.PrimaryOf(t, cc, clusterPrefix+"{"+stream+"}:meta")
+	replica := cl.ReplicaOf(t, primary)
+	rc := goredis.NewClient(&goredis.Options{Addr: replica.Addr()})
+	defer rc.Close()
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Errorf("soak: CLUSTER FAILOVER on %s: %v", replica.Addr(), err)
+		return
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("soak: replica %s was not promoted within 60s", replica.Addr())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for !cl.Healthy(3) {
+		if time.Now().After(deadline) {
+			t.Errorf("soak: the cluster did not become healthy within 60s of a failover")
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cc.ReloadState(ctx)
+}
 
 // ParseStores checks a comma-separated list of store names.
 func ParseStores(s string) ([]string, error) {

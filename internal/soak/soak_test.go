@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 var (
 	soakFor    = flag.Duration("soak", 0, "run TestSoak for this long per store (e.g. 60s); also RHEO_SOAK")
-	soakStores = flag.String("soak.stores", "", "comma-separated stores to soak (default sqlite,postgres,redis; also RHEO_SOAK_STORES)")
+	soakStores = flag.String("soak.stores", "", "comma-separated stores to soak (default sqlite,postgres,redis,redis-cluster; also RHEO_SOAK_STORES)")
 	soakRate   = flag.Int("soak.rate", 100, "appends per second")
 )
 
@@ -44,7 +45,7 @@ func TestSoak(t *testing.T) {
 		names = os.Getenv("RHEO_SOAK_STORES")
 	}
 	if names == "" {
-		names = "sqlite,postgres,redis"
+		names = strings.Join(soak.Stores(), ",")
 	}
 	stores, err := soak.ParseStores(names)
 	if err != nil {

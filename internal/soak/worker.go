@@ -11,10 +11,12 @@ import (
 	"os"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/rheo-go/rheo"
 	// The stores a worker opens by DSN.
 	_ "github.com/rheo-go/rheo/backend/postgres"
-	_ "github.com/rheo-go/rheo/backend/redis"
+	"github.com/rheo-go/rheo/backend/redis"
 	_ "github.com/rheo-go/rheo/backend/sqlite"
 )
 
@@ -28,6 +30,10 @@ type WorkerConfig struct {
 	Journal     string        // the worker's own journal file
 	Lease       time.Duration // the lease the consumer asks for
 	MaxAttempts int           // the group's limit
+	// ClusterAddrs, when set, are the nodes of a Redis Cluster the worker
+	// opens (DSN is then unused) with KeyPrefix.
+	ClusterAddrs []string
+	KeyPrefix    string
 }
 
 // Payload is an event's payload.
@@ -71,9 +77,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	obs := observer{write: write, worker: cfg.Name}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := rheo.Open(ctx, cfg.DSN, rheo.WithObserver(obs), rheo.WithLogger(quiet))
-	if err != nil {
-		return fmt.Errorf("soak worker %s: open: %w", cfg.Name, err)
+	var c *rheo.Client
+	if len(cfg.ClusterAddrs) > 0 {
+		cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cfg.ClusterAddrs, MaxRedirects: 16,
+			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
+		defer cc.Close()
+		c = rheo.New(redis.New(cc, redis.WithKeyPrefix(cfg.KeyPrefix)), rheo.WithObserver(obs), rheo.WithLogger(quiet))
+	} else {
+		var err error
+		if c, err = rheo.Open(ctx, cfg.DSN, rheo.WithObserver(obs), rheo.WithLogger(quiet)); err != nil {
+			return fmt.Errorf("soak worker %s: open: %w", cfg.Name, err)
+		}
 	}
 	defer c.Close()
 	k, err := c.NewConsumer(rheo.ConsumerConfig{
