@@ -111,6 +111,15 @@ func TestCheckerFrontierPastUnsettledEvent(t *testing.T) {
 	require.Contains(t, violations(t, in), "frontier 9 of partition 0 is beyond every appended event")
 }
 
+func TestCheckerLeaseLostBeforeItsHandlerRan(t *testing.T) {
+	in := clean()
+	in.Records = append(in.Records, soak.Record{Kind: soak.KindLost, Event: "e1", Lease: "L9", Attempt: 1, Worker: "w3.1", T: at(5)})
+	require.Empty(t, soak.Check(in).Violations)
+	in.Records = append(in.Records, soak.Record{Kind: soak.KindSettle, Event: "e1", Lease: "L9", Attempt: 1, Worker: "w3.1",
+		Outcome: soak.OutcomeAck, Result: soak.ResultOK, T: at(6)})
+	require.Contains(t, violations(t, in), "settle record of lease L9 (event e1) that no handler saw")
+}
+
 func TestCheckerUnexplainedDuplicate(t *testing.T) {
 	in := clean()
 	// e1 delivered again although its first lease was never settled and
