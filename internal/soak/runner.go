@@ -351,10 +351,12 @@ func (r *runner) start(s *slot) {
 	go func() {
 		_ = cmd.Wait()
 		logf.Close()
-		close(done)
+		// Killed on purpose: flagged, or already replaced by the next
+		// incarnation (which clears the flag) once done is closed.
 		s.mu.Lock()
-		onPurpose := s.kill
+		onPurpose := s.kill || s.cur != name
 		s.mu.Unlock()
+		close(done)
 		r.mu.Lock()
 		stopping := r.stopping
 		r.mu.Unlock()
