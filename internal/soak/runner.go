@@ -137,7 +137,19 @@ const stream, group = "soak", "workers"
 // violations.
 func Run(t testing.TB, cfg Config) Summary {
 	t.Helper()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), killed: map[string]time.Time{}, faults: map[string]int{},
+	dir, err := os.MkdirTemp("", "rheo-soak-"+cfg.Store+"-")
+	if err != nil {
+		t.Fatalf("soak: %v", err)
+	}
+	// The journals and worker logs stay for a failed run, to be read.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("soak %s: journals and worker logs kept in %s", cfg.Store, dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	r := &runner{t: t, cfg: cfg, dir: dir, killed: map[string]time.Time{}, faults: map[string]int{},
 		exit: make(chan string, 64)}
 	// PostgreSQL and Redis run as private servers of the soak, so that the
 	// chaos loop can crash them: PostgreSQL restarted in immediate mode
@@ -183,7 +195,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	// Workers: on a networked store all but the last go through a fault
 	// proxy of their own.
 	for i := range cfg.Workers {
-		s := &slot{name: fmt.Sprintf("w%d", i+1), dsn: dsn}
+		s := &slot{name: fmt.Sprintf("w%d", i+1), dsn: noRetries(dsn)}
 		if r.cut != nil && i < cfg.Workers-1 {
 			s.proxy, s.dsn = r.proxy(dsn)
 		}
@@ -314,13 +326,22 @@ func (r *runner) proxy(dsn string) (*faultproxy.Proxy, string) {
 	}
 	r.t.Cleanup(func() { _ = px.Close() })
 	u.Host = px.Addr()
-	if u.Scheme == "redis" {
-		// go-redis's own retries would hide the faults.
-		q := u.Query()
-		q.Set("max_retries", "-1")
-		u.RawQuery = q.Encode()
+	return px, noRetries(u.String())
+}
+
+// noRetries turns go-redis's own retries off in a Redis DSN: a write
+// retried after its reply was lost (a reset, a server crash) would report
+// the first try's success as ErrStaleLease, hiding the ambiguity the checker
+// must see.
+func noRetries(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme != "redis" {
+		return dsn
 	}
-	return px, u.String()
+	q := u.Query()
+	q.Set("max_retries", "-1")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // start starts a new incarnation of s.
