@@ -330,4 +330,3 @@ func (s *Store) Trim(ctx context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 	})
 	return res, err
 }
-
