@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -86,10 +87,17 @@ func (dialect) IsUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
+// CommitAmbiguous: once COMMIT was handed to pgx, only an error the server
+// sent in answer to it proves the transaction did not commit (a
+// serialization failure, a deferred constraint). Anything else may have
+// followed a commit: a connection lost after COMMIT went out (pgx may then
+// report "conn closed", which it otherwise counts as safe to retry), or a
+// FATAL error ending the session, e.g. a backend terminated while it waited
+// for a synchronous standby after committing locally.
 func (dialect) CommitAmbiguous(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return false
+		return pe.Severity == "FATAL" || pe.Severity == "PANIC" || strings.HasPrefix(pe.Code, "08")
 	}
-	return !pgconn.SafeToRetry(err)
+	return true
 }

@@ -142,6 +142,19 @@ func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.Partition
 	return out, nil
 }
 
+// GroupStatsSQL counts, for a group (arguments: its stream's id, then its
+// id three times), its available, leased and dead deliveries, the events
+// of its partitions not offered yet, and the events trims skipped (NULL if
+// the group is gone).
+const GroupStatsSQL = "SELECT " +
+	"COALESCE(SUM(CASE WHEN d.status = 0 THEN 1 ELSE 0 END), 0), " +
+	"COALESCE(SUM(CASE WHEN d.status = 1 THEN 1 ELSE 0 END), 0), " +
+	"COALESCE(SUM(CASE WHEN d.status = 2 THEN 1 ELSE 0 END), 0), " +
+	"(SELECT COALESCE(SUM(CASE WHEN p.hwm > gp.offered THEN p.hwm - gp.offered ELSE 0 END), 0) " +
+	"FROM rheo_group_parts gp JOIN rheo_partitions p ON p.stream_id = ? AND p.part = gp.part WHERE gp.grp_id = ?), " +
+	"(SELECT skipped FROM rheo_groups WHERE id = ?) " +
+	"FROM rheo_deliveries d WHERE d.grp_id = ?"
+
 // GroupStats implements rheo.Backend.
 func (s *Store) GroupStats(ctx context.Context, stream, group string, _ time.Time) (rheo.GroupStats, error) {
 	var st rheo.GroupStats
@@ -150,41 +163,18 @@ func (s *Store) GroupStats(ctx context.Context, stream, group string, _ time.Tim
 	if err != nil {
 		return st, s.classify(err, "stats of group %q", group)
 	}
-	rows, err := x.query(ctx, "SELECT status, COUNT(*) FROM rheo_deliveries WHERE grp_id = ? GROUP BY status", g.id)
+	// One statement: the deliveries by status, the events not offered yet,
+	// and what trims skipped.
+	var unofferedN int64
+	var skipped sql.NullInt64
+	err = x.queryRow(ctx, GroupStatsSQL, ref.id, g.id, g.id, g.id).
+		Scan(&st.Available, &st.Inflight, &st.DeadLetters, &unofferedN, &skipped)
 	if err != nil {
 		return st, s.classify(err, "stats of group %q", group)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var status int
-		var n int64
-		if err := rows.Scan(&status, &n); err != nil {
-			return st, s.classify(err, "stats of group %q", group)
-		}
-		switch status {
-		case statusAvailable:
-			st.Available += n
-		case statusLeased:
-			st.Inflight += n
-		case statusDead:
-			st.DeadLetters += n
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return st, s.classify(err, "stats of group %q", group)
-	}
-	var unoffered int64
-	err = x.queryRow(ctx, "SELECT COALESCE(SUM(CASE WHEN p.hwm > g.offered THEN p.hwm - g.offered ELSE 0 END), 0) "+
-		"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part WHERE g.grp_id = ?",
-		ref.id, g.id).Scan(&unoffered)
-	if err != nil {
-		return st, s.classify(err, "stats of group %q", group)
-	}
-	st.Available += unoffered
+	st.Available += unofferedN
+	st.Skipped = skipped.Int64
 	st.MaxAttempts = g.maxAttempts
-	if st.Skipped, err = s.groupSkipped(ctx, x, g); err != nil {
-		return st, s.classify(err, "stats of group %q", group)
-	}
 	return st, nil
 }
 

@@ -330,13 +330,3 @@ func (s *Store) Trim(ctx context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 	})
 	return res, err
 }
-
-// groupSkipped reads a group's Skipped count.
-func (s *Store) groupSkipped(ctx context.Context, x execer, g groupRef) (int64, error) {
-	var n int64
-	err := x.queryRow(ctx, "SELECT skipped FROM rheo_groups WHERE id = ?", g.id).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	return n, err
-}
