@@ -35,6 +35,12 @@ type Input struct {
 	Records []Record
 	// Killed maps each SIGKILLed worker incarnation to when it was killed.
 	Killed map[string]time.Time
+	// Restarts are when the store's server crashed and restarted. A claim
+	// the server had not yet made durable (PostgreSQL commits claims
+	// without waiting for their WAL flush) is lost in such a crash: the
+	// event is claimed again with the same attempt, and the lost claim's
+	// settles are refused as stale.
+	Restarts []Interval
 	// DeadLetters are the group's dead letters, read after the run.
 	DeadLetters []DeadLetter
 	// Samples are the frontier readings taken during the run.
@@ -68,6 +74,7 @@ const (
 	CauseLost      = "lost lease"
 	CauseAmbiguous = "ambiguous settle"
 	CauseFailed    = "failed settle"
+	CauseCrash     = "claim lost in a server crash"
 )
 
 type delivery struct {
@@ -241,7 +248,15 @@ func Check(in Input) Result {
 			bad("event %s (partition %d sequence %d) was lost: appended, never delivered", id, e.app.Partition, e.app.Seq)
 			continue
 		}
-		sort.Slice(e.deliveries, func(i, j int) bool { return e.deliveries[i].Attempt < e.deliveries[j].Attempt })
+		// By attempt, and deliveries of one attempt (a claim lost in a
+		// server crash and made again) by when they were delivered.
+		sort.SliceStable(e.deliveries, func(i, j int) bool {
+			a, b := e.deliveries[i], e.deliveries[j]
+			if a.Attempt != b.Attempt {
+				return a.Attempt < b.Attempt
+			}
+			return a.T < b.T
+		})
 		last := e.deliveries[len(e.deliveries)-1]
 
 		// 3: stale settles.
@@ -277,6 +292,20 @@ func Check(in Input) Result {
 				candidates = append(candidates, d)
 			}
 			if i == len(e.deliveries)-1 {
+				continue
+			}
+			next := e.deliveries[i+1]
+			if next.Attempt <= d.Attempt {
+				// The store forgot d's claim: only a server crash between
+				// the two deliveries explains that, and then d's terminal
+				// settle cannot have succeeded.
+				if !crashedBetween(in.Restarts, d.T, next.T) {
+					bad("event %s claimed again with attempt %d (lease %s, %s) after lease %s (attempt %d, %s) and no server crash between",
+						id, next.Attempt, next.Lease, next.Worker, d.Lease, d.Attempt, d.Worker)
+				} else if terminalOK {
+					bad("event %s: lease %s settled for good, yet its claim was lost in a server crash", id, d.Lease)
+				}
+				res.Duplicates[CauseCrash]++
 				continue
 			}
 			switch {
@@ -389,4 +418,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// Interval is a span of time.
+type Interval struct{ From, To time.Time }
+
+// crashedBetween reports whether a server crash overlapped the time from
+// a claim's delivery (a, UnixNano; widened by 10 s, since the claim was
+// made before its handler recorded it) to the next delivery (b).
+func crashedBetween(restarts []Interval, a, b int64) bool {
+	a -= int64(10 * time.Second)
+	for _, r := range restarts {
+		if r.From.UnixNano() <= b && r.To.UnixNano() >= a {
+			return true
+		}
+	}
+	return false
 }

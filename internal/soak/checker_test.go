@@ -185,3 +185,24 @@ func TestParseStores(t *testing.T) {
 	_, err = soak.ParseStores(" , ")
 	require.ErrorContains(t, err, "no soak store")
 }
+
+// A claim the server lost in a crash (PostgreSQL claims commit without
+// waiting for their WAL flush) makes the event come back with the same
+// attempt, and the lost claim's ack is refused: explained by a crash
+// between the two deliveries, a violation without one.
+func TestCheckerClaimLostInACrash(t *testing.T) {
+	in := clean()
+	in.Records[0].Outcome, in.Records[1].Result = soak.OutcomeAck, soak.ResultLost
+	in.Records = append(in.Records,
+		soak.Record{Kind: soak.KindDeliver, Event: "e1", Lease: "L9", Attempt: 1, Worker: "w2.1", Outcome: soak.OutcomeAck, T: at(30)},
+		soak.Record{Kind: soak.KindSettle, Event: "e1", Lease: "L9", Attempt: 1, Worker: "w2.1", Outcome: soak.OutcomeAck, Result: soak.ResultOK, T: at(31)})
+	in.Samples = in.Samples[1:] // the early sample saw e1 settled by the lost claim
+	require.Contains(t, violations(t, in), "claimed again with attempt 1 (lease L9, w2.1) after lease L1")
+	in.Restarts = []soak.Interval{{From: time.Unix(0, at(15)), To: time.Unix(0, at(25))}}
+	res := soak.Check(in)
+	require.Empty(t, res.Violations)
+	require.Equal(t, 1, res.Duplicates[soak.CauseCrash])
+	// A lost claim whose ack succeeded is a violation even with a crash.
+	in.Records[1].Result = soak.ResultOK
+	require.Contains(t, violations(t, in), "lease L1 settled for good, yet its claim was lost")
+}

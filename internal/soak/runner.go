@@ -128,6 +128,7 @@ type runner struct {
 	killed   map[string]time.Time
 	journals []string
 	faults   map[string]int
+	restarts []Interval // when the private server was down and restarting
 	stopping bool
 }
 
@@ -266,7 +267,7 @@ func Run(t testing.TB, cfg Config) Summary {
 
 	// Collect and check.
 	in := Input{MaxAttempts: cfg.MaxAttempts, Rejected: Rejects, Appended: appended, Killed: r.killed,
-		Samples: samples, FinalLag: lag.Total}
+		Samples: samples, FinalLag: lag.Total, Restarts: r.restarts}
 	for _, p := range lag.Partitions {
 		in.Stored += p.HighWatermark
 	}
@@ -583,7 +584,11 @@ func (r *runner) chaos(ctx context.Context) {
 			r.failover()
 			r.count(kind)
 		case FaultRestart:
+			from := time.Now()
 			r.restart()
+			r.mu.Lock()
+			r.restarts = append(r.restarts, Interval{From: from, To: time.Now()})
+			r.mu.Unlock()
 			r.count(kind)
 		case FaultCut:
 			px := proxied[rand.IntN(len(proxied))].proxy
