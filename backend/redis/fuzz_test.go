@@ -156,3 +156,16 @@ func FuzzDSNRedaction(f *testing.F) {
 		}
 	})
 }
+
+// The driver does not retry commands unless the DSN asks it to: a retried
+// write whose first try landed would answer for the second.
+func TestDSNDriverRetriesOff(t *testing.T) {
+	o, _, err := parseDSN("redis://h:1/0")
+	if err != nil || o.MaxRetries != -1 {
+		t.Fatalf("parseDSN: MaxRetries %d, err %v; want -1 (no driver retries)", o.MaxRetries, err)
+	}
+	o, _, err = parseDSN("redis://h:1/0?max_retries=3")
+	if err != nil || o.MaxRetries != 3 {
+		t.Fatalf("parseDSN with max_retries=3: MaxRetries %d, err %v", o.MaxRetries, err)
+	}
+}

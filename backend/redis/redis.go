@@ -199,10 +199,18 @@ func parseDSNText(dsn string) (*goredis.Options, []Option, error) {
 	} else if _, ok := q["wait_timeout"]; ok {
 		return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_timeout needs wait_replicas")
 	}
+	// A driver retry of a write whose reply was lost runs it twice: a settle
+	// retried that way answers "stale" for its own first ack instead of
+	// ErrAmbiguous. rheo retries what is safe itself, so the driver does
+	// not, unless the DSN asks for it.
+	_, retries := q["max_retries"]
 	u.RawQuery = q.Encode()
 	o, err := goredis.ParseURL(u.String())
 	if err != nil {
 		return nil, nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")
+	}
+	if !retries {
+		o.MaxRetries = -1
 	}
 	return o, opts, nil
 }
