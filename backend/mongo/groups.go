@@ -739,27 +739,8 @@ func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []strin
 	}
 	var want map[int]map[int64]bool // nil: every dead letter
 	if len(ids) > 0 {
-		n, _, err := b.batchHead(ctx, s)
-		if err != nil {
+		if want, _, err = b.positions(ctx, s, ids); err != nil {
 			return 0, err
-		}
-		if err := b.materialize(ctx, s, n); err != nil {
-			return 0, err
-		}
-		cache := b.newBatchCache(s)
-		want = map[int]map[int64]bool{}
-		for _, id := range ids {
-			e, err := cache.byID(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			if e == nil {
-				continue
-			}
-			if want[e.Partition] == nil {
-				want[e.Partition] = map[int64]bool{}
-			}
-			want[e.Partition][e.Sequence] = true
 		}
 	}
 	total := 0

@@ -15,30 +15,12 @@ func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []s
 	if err != nil {
 		return nil, err
 	}
-	n, _, err := b.batchHead(ctx, s)
+	want, cache, err := b.positions(ctx, s, eventIDs)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.materialize(ctx, s, n); err != nil {
-		return nil, err
-	}
-	cache := b.newBatchCache(s)
-	var want map[int]map[int64]bool // nil: every lease
-	if len(eventIDs) > 0 {
-		want = map[int]map[int64]bool{}
-		for _, id := range eventIDs {
-			e, err := cache.byID(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			if e == nil {
-				continue
-			}
-			if want[e.Partition] == nil {
-				want[e.Partition] = map[int64]bool{}
-			}
-			want[e.Partition][e.Sequence] = true
-		}
+	if len(eventIDs) == 0 {
+		want = nil // every lease
 	}
 	out := []rheo.Lease{}
 	for p := 0; p < s.Partitions && len(out) < limit; p++ {
@@ -67,4 +49,33 @@ func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []s
 		}
 	}
 	return out, nil
+}
+
+// positions materializes the stream's log and finds the named events: by
+// partition, the sequences of those that exist. It returns the cache it
+// read them through.
+func (b *Backend) positions(ctx context.Context, s *streamDoc, ids []string) (map[int]map[int64]bool, *batchCache, error) {
+	n, _, err := b.batchHead(ctx, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.materialize(ctx, s, n); err != nil {
+		return nil, nil, err
+	}
+	cache := b.newBatchCache(s)
+	want := map[int]map[int64]bool{}
+	for _, id := range ids {
+		e, err := cache.byID(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if e == nil {
+			continue
+		}
+		if want[e.Partition] == nil {
+			want[e.Partition] = map[int64]bool{}
+		}
+		want[e.Partition][e.Sequence] = true
+	}
+	return want, cache, nil
 }
