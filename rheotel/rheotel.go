@@ -32,6 +32,7 @@ package rheotel
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -41,6 +42,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/clock"
@@ -80,6 +82,10 @@ type Instrumentation struct {
 	clock    rheo.Clock
 	m        instruments
 	attrs    attrCache
+	// noTrace: the tracer provider is OpenTelemetry's no-op one, so process
+	// spans are not started at all (the producer's context is still
+	// extracted into the handler's ctx, for the user's own tracing).
+	noTrace bool
 }
 
 var _ rheo.Instrumentation = (*Instrumentation)(nil)
@@ -106,6 +112,7 @@ func New(opts Options) (*Instrumentation, error) {
 		linkOnly: opts.LinkOnly,
 		clock:    opts.Clock,
 	}
+	_, i.noTrace = opts.TracerProvider.(nooptrace.TracerProvider)
 	if err := i.m.init(i.meter); err != nil {
 		return nil, err
 	}
@@ -258,10 +265,18 @@ func (i *Instrumentation) endOperation(span trace.Span, op rheo.Operation, res r
 	span.End()
 }
 
-// countSettles counts each settle by outcome; a single settle's outcome
+// countSettles counts the settles by outcome, one Add per outcome present
+// (a batch's settles share stream and group); a single settle's outcome
 // also goes on the span.
 func (i *Instrumentation) countSettles(span trace.Span, op rheo.Operation, res rheo.OperationResult) {
+	if len(res.Settles) == 0 {
+		return
+	}
 	now := i.clock.Now()
+	ga := i.attrs.get(op.Stream, op.Group)
+	var outcomes []string
+	var counts []int64
+	var dead, lost int64
 	for j, r := range res.Settles {
 		var err error
 		if j < len(res.SettleErrs) {
@@ -270,22 +285,36 @@ func (i *Instrumentation) countSettles(span trace.Span, op rheo.Operation, res r
 			err = res.Err
 		}
 		outcome := settleOutcome(r.Kind, err)
-		i.m.settles.Add(context.Background(), 1, i.attrs.outcome(AttrSettleOutcome, op.Stream, op.Group, outcome).add...)
+		k := slices.Index(outcomes, outcome)
+		if k < 0 {
+			outcomes, counts = append(outcomes, outcome), append(counts, 0)
+			k = len(outcomes) - 1
+		}
+		counts[k]++
 		switch outcome {
 		case OutcomeAcked:
-			i.m.e2e.Record(context.Background(), now.Sub(r.Lease.Event.Timestamp).Seconds(), i.attrs.group(op.Stream, op.Group).rec...)
+			i.m.e2e.Record(context.Background(), now.Sub(r.Lease.Event.Timestamp).Seconds(), ga.base.rec...)
 		case OutcomeRejected:
-			i.m.deadLettered.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
+			dead++
 		case OutcomeNacked:
 			if res.MaxAttempts > 0 && r.Lease.Attempt >= res.MaxAttempts {
-				i.m.deadLettered.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
+				dead++
 			}
 		case OutcomeStale:
-			i.m.lost.Add(context.Background(), 1, i.attrs.group(op.Stream, op.Group).add...)
+			lost++
 		}
 		if len(res.Settles) == 1 && span.IsRecording() {
 			span.SetAttributes(AttrSettleOutcome.String(outcome))
 		}
+	}
+	for k, outcome := range outcomes {
+		i.m.settles.Add(context.Background(), counts[k], ga.outcomes[outcomeKey{AttrSettleOutcome, outcome}].add...)
+	}
+	if dead > 0 {
+		i.m.deadLettered.Add(context.Background(), dead, ga.base.add...)
+	}
+	if lost > 0 {
+		i.m.lost.Add(context.Background(), lost, ga.base.add...)
 	}
 }
 
@@ -325,6 +354,13 @@ func (i *Instrumentation) Extract(ctx context.Context, e rheo.Event) context.Con
 	return i.prop.Extract(ctx, propagation.MapCarrier(e.Metadata))
 }
 
+// noopSpan is the span of process calls when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// consumerSpan are the start options of a process span with no link (shared:
+// never appended to).
+var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
 // StartProcess starts the consumer span of one handler call. It implements
 // rheo.Instrumentation.
 func (i *Instrumentation) StartProcess(ctx context.Context, l rheo.Lease) (context.Context, rheo.Process) {
@@ -332,11 +368,14 @@ func (i *Instrumentation) StartProcess(ctx context.Context, l rheo.Lease) (conte
 	// Extracting into ctx gives the parent context directly; the producer
 	// is whatever remote span the event carried.
 	parent := i.Extract(ctx, l.Event)
+	if i.noTrace {
+		i.m.inflight.Add(context.Background(), 1, ga.base.add...)
+		return parent, &process{i: i, span: noopSpan, ga: ga}
+	}
 	producer := trace.SpanContextFromContext(parent)
-	opts := make([]trace.SpanStartOption, 1, 3)
-	opts[0] = trace.WithSpanKind(trace.SpanKindConsumer)
+	opts := consumerSpan
 	if producer.IsValid() && producer.IsRemote() && !producer.Equal(trace.SpanContextFromContext(ctx)) {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+		opts = []trace.SpanStartOption{consumerSpan[0], trace.WithLinks(trace.Link{SpanContext: producer})}
 		if i.linkOnly {
 			opts = append(opts, trace.WithNewRoot())
 		}

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/clock"
@@ -505,4 +506,43 @@ func TestNackAtTheLimitCountsAsDeadLettered(t *testing.T) {
 		})
 		eventually(t, "the consumer's nack counted", func() bool { return deadLettered("strict") == 2 })
 	})
+}
+
+// With OpenTelemetry's no-op tracer provider no process span is started,
+// yet the handler's ctx still carries the producer's context taken from the
+// event, for the user's own tracing.
+func TestNoopTracerStillCarriesTheProducerContext(t *testing.T) {
+	b, _ := teststore.Memory.Open(t)
+	ctx := context.Background()
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(ctx)
+	producer, err := rheotel.New(rheotel.Options{TracerProvider: tp, Propagator: propagation.TraceContext{}})
+	require.NoError(t, err)
+	quiet, err := rheotel.New(rheotel.Options{TracerProvider: nooptrace.NewTracerProvider(), Propagator: propagation.TraceContext{}})
+	require.NoError(t, err)
+	pc := rheo.New(b, rheo.WithInstrumentation(producer))
+	require.NoError(t, pc.CreateStream(ctx, "orders", rheo.StreamConfig{}))
+	require.NoError(t, pc.CreateGroup(ctx, "orders", "billing", rheo.GroupConfig{}))
+	sctx, s := tp.Tracer("t").Start(ctx, "request")
+	_, err = pc.Append(sctx, "orders", rheo.Message{})
+	require.NoError(t, err)
+	s.End()
+
+	cc := rheo.New(b, rheo.WithInstrumentation(quiet), rheo.WithLogger(slog.New(slog.DiscardHandler)))
+	got := make(chan trace.SpanContext, 1)
+	k, err := cc.NewConsumer(rheo.ConsumerConfig{Stream: "orders", Group: "billing",
+		Handler: func(ctx context.Context, _ rheo.Event) error {
+			got <- trace.SpanContextFromContext(ctx)
+			return nil
+		}})
+	require.NoError(t, err)
+	runConsumer(t, k)
+	var sc trace.SpanContext
+	select {
+	case sc = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	require.Equal(t, s.SpanContext().TraceID(), sc.TraceID())
+	require.True(t, sc.IsRemote(), "the producer's span, taken from the event")
 }
