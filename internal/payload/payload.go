@@ -142,22 +142,8 @@ func (s *scanner) object() error {
 		if err := s.value(); err != nil {
 			return err
 		}
-		s.ws()
-		if s.i >= len(s.src) {
-			return s.fail("unterminated object")
-		}
-		switch s.src[s.i] {
-		case ',':
-			s.dst = append(s.dst, ',')
-			s.i++
-			s.ws()
-		case '}':
-			s.dst = append(s.dst, '}')
-			s.i++
-			s.depth--
-			return nil
-		default:
-			return s.fail("expected ',' or '}' in an object")
+		if done, err := s.after('}', "object"); done || err != nil {
+			return err
 		}
 	}
 }
@@ -248,24 +234,32 @@ func (s *scanner) array() error {
 		if err := s.value(); err != nil {
 			return err
 		}
-		s.ws()
-		if s.i >= len(s.src) {
-			return s.fail("unterminated array")
-		}
-		switch s.src[s.i] {
-		case ',':
-			s.dst = append(s.dst, ',')
-			s.i++
-			s.ws()
-		case ']':
-			s.dst = append(s.dst, ']')
-			s.i++
-			s.depth--
-			return nil
-		default:
-			return s.fail("expected ',' or ']' in an array")
+		if done, err := s.after(']', "array"); done || err != nil {
+			return err
 		}
 	}
+}
+
+// after reads what follows a member or element of an object or array
+// (what) closed by end: a ',' (another one follows) or end (done).
+func (s *scanner) after(end byte, what string) (done bool, err error) {
+	s.ws()
+	if s.i >= len(s.src) {
+		return false, s.fail("unterminated " + what)
+	}
+	switch s.src[s.i] {
+	case ',':
+		s.dst = append(s.dst, ',')
+		s.i++
+		s.ws()
+		return false, nil
+	case end:
+		s.dst = append(s.dst, end)
+		s.i++
+		s.depth--
+		return true, nil
+	}
+	return false, s.fail("expected ',' or '" + string(end) + "' in an " + what)
 }
 
 func (s *scanner) literal(word string) error {
