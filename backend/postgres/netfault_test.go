@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -235,24 +234,6 @@ func TestPartitionLongerThanLease(t *testing.T) {
 // Latency and a bandwidth limit slow a consumer down but lose nothing and
 // raise no error.
 func TestLatencyAndBandwidth(t *testing.T) {
-	ctx := context.Background()
 	a, b, px := proxied(t, clock.NewFrozen(faultEpoch))
-	require.NoError(t, b.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 2}))
-	require.NoError(t, b.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-	px.SetLatency(15 * time.Millisecond)
-	px.SetBandwidth(64 << 10)
-	for i := range 50 {
-		_, err := a.Append(ctx, "s", rheo.Message{Key: string(rune('a' + i%26)), Payload: []byte(`{"pad":"` + strings.Repeat("x", 2000) + `"}`)})
-		require.NoError(t, err)
-	}
-	acked := 0
-	for acked < 50 {
-		ls, err := a.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 7})
-		require.NoError(t, err)
-		require.NotEmpty(t, ls)
-		require.NoError(t, a.AckBatch(ctx, ls))
-		acked += len(ls)
-	}
-	require.Equal(t, 50, acked)
-	requireLag(t, b, "s", "g", 0)
+	faultproxy.CheckLatencyAndBandwidth(t, a, b, px)
 }
