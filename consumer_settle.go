@@ -123,7 +123,11 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		if end != nil {
 			var limit int
 			if err == nil {
-				limit = r.c.nackLimit(r.bg, r.cfg.Stream, r.cfg.Group, reqs, res)
+				// A cached read, refreshed once a minute: bounded like the
+				// settle, so a slow store cannot hold the settle loop.
+				lctx, lcancel := context.WithTimeout(r.bg, r.settleTimeout())
+				limit = r.c.nackLimit(lctx, r.cfg.Stream, r.cfg.Group, reqs, res)
+				lcancel()
 			}
 			end(OperationResult{Err: err, Settles: reqs, SettleErrs: res, MaxAttempts: limit})
 		}
