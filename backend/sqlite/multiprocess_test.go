@@ -80,8 +80,16 @@ func runWorker(db, name, hang string) error {
 		hangAfter, _ = strconv.Atoi(hang)
 	}
 	settled := 0
+	// Moving the shared clock an hour forward must expire the killed
+	// worker's leases only: the survivors' leases (claimed before or after
+	// the jump) outlast it, or a survivor's lease expiring under its own
+	// ack would look like a duplicate the kill did not cause.
+	lease := 2 * time.Hour
+	if hang != "" {
+		lease = 30 * time.Second
+	}
 	for {
-		ls, err := c.Fetch(ctx, mpStream, mpGroup, rheo.FetchOptions{Limit: 7, ConsumerID: name, LeaseDuration: 30 * time.Second})
+		ls, err := c.Fetch(ctx, mpStream, mpGroup, rheo.FetchOptions{Limit: 7, ConsumerID: name, LeaseDuration: lease})
 		if err != nil {
 			return err
 		}
