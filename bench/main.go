@@ -62,7 +62,9 @@ func pairs(workers int) []pair {
 	}
 	return []pair{
 		{"postgres burn-down: runtime vs River", side{def, rheoConsumer("postgres"), consumeN},
-			side{fmt.Sprintf("River burn-down (MaxWorkers %d)", workers), riverBurnDown, consumeN}, 2},
+			side{"River burn-down, river bench tuning (MaxWorkers 2000, cooldown 2 ms)", riverBurnDown(riverBench), consumeN}, 2},
+		{"postgres burn-down: runtime vs River at its defaults", side{def, rheoConsumer("postgres"), consumeN},
+			side{fmt.Sprintf("River burn-down, defaults (MaxWorkers %d)", workers), riverBurnDown(riverTuning{}), consumeN}, 0},
 		{"postgres burn-down: raw loop vs bare SKIP LOCKED", side{raw, rheoRaw("postgres"), consumeN},
 			side{"bare SKIP LOCKED claim + delete, 2 goroutines", pgBareClaimDelete, consumeN}, 0.7},
 		{"postgres consume: runtime vs watermill-sql", side{def, rheoConsumer("postgres"), consumeN},

@@ -25,7 +25,7 @@ func benchEvents(def int) int {
 	return def
 }
 
-func fill(b *testing.B, c *rheo.Client, stream string, n int) {
+func fill(b testing.TB, c *rheo.Client, stream string, n int) {
 	ctx := context.Background()
 	msgs := make([]rheo.Message, 0, 1000)
 	for i := 0; i < n; i += 1000 {

@@ -116,6 +116,14 @@ LEFT JOIN (got CROSS JOIN LATERAL (
 ) e) ON true
 ORDER BY got.part, got.seq`
 
+// The settings of a fetch's and a settle's transaction (SET LOCAL: they
+// end with it).
+const (
+	setFetchGUCs  = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+	setSettleGUCs = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_nestloop', 'off', true),
+		set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+)
+
 // Fetch implements rheo.Backend in one round trip (two when another fetcher
 // holds the cursors of every requested partition and nothing else was
 // claimable: the retry waits for it instead of returning empty-handed).
@@ -163,9 +171,13 @@ func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g gr
 	// crash only means its events are offered again (at-least-once), its
 	// holders' settles come back stale, and any later durable commit (an
 	// ack) flushes the WAL up to and including this claim first.
+	//
+	// Its plan is the cached generic one: the statement's shape (LATERAL
+	// probes per partition) leaves the planner little to choose, and
+	// planning it afresh for every call cost as much as running it.
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	batch.Queue("SET LOCAL synchronous_commit TO off")
+	batch.Queue(setFetchGUCs)
 	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
 		g.maxAttempts, first, poisonReason)
 	batch.Queue("COMMIT")
@@ -281,7 +293,57 @@ func receiptMismatch(l rheo.Lease) error {
 // no shared row is touched), nacks and rejects update theirs, every request
 // fenced on (status leased, lease ID, event ID). A nack that makes work
 // available notifies subscribers on commit.
+//
+// Each request finds its row by one primary-key probe (the LIMIT keeps the
+// lateral subquery from being flattened into a join), and the DELETE and
+// UPDATE then reach the rows by their tuple IDs. A join of the request list
+// with the deliveries table instead is planned from the table's statistics,
+// which for a queue table are nearly always stale: planned as if the group
+// held one leased row, it walked every leased row of the group (and every
+// deleted one not yet vacuumed) once per request. A row changed by another
+// transaction between the probe and the write has a new tuple ID and is
+// left alone (READ COMMITTED re-checks the tuple ID on the newer version);
+// Settle then settles the requests this statement did not through
+// settleJoinSQL, which re-checks the fence on the row's newest version.
 const settleSQL = `
+WITH r AS (
+	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[])
+		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, i)
+),
+k AS MATERIALIZED (
+	SELECT r.i, r.kind, r.reason, r.avail, x.tid
+	FROM r CROSS JOIN LATERAL (
+		SELECT d.ctid AS tid FROM {S}rheo_deliveries d
+		WHERE d.grp_id = $1 AND d.part = r.part AND d.seq = r.seq
+			AND d.status = 1 AND d.lease_id = r.lease_id AND d.event_id = r.event_id
+		LIMIT 1
+	) x
+),
+acked AS (
+	DELETE FROM {S}rheo_deliveries d
+	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM k WHERE kind = 1))
+	RETURNING d.ctid AS tid
+),
+other AS (
+	UPDATE {S}rheo_deliveries d SET
+		status = CASE WHEN k.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
+		reason = CASE WHEN k.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || k.reason ELSE k.reason END,
+		due_at = CASE WHEN k.kind = 2 AND d.attempt < $10 THEN k.avail END,
+		dead_at = CASE WHEN k.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
+		lease_id = NULL, consumer_id = NULL, expires_at = NULL
+	FROM k
+	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM k WHERE kind <> 1)) AND k.kind <> 1 AND d.ctid = k.tid
+	RETURNING k.i, d.status AS st
+),
+note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 LIMIT 1) x)
+SELECT min(k.i) FROM acked JOIN k ON k.tid = acked.tid AND k.kind = 1 GROUP BY k.tid
+UNION ALL SELECT i FROM other
+UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
+
+// settleJoinSQL settles the requests settleSQL left unsettled because
+// their row changed under it, or that are stale: a join that re-checks
+// the fence on the newest version of each row.
+const settleJoinSQL = `
 WITH r AS (
 	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[])
 		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, i)
@@ -352,7 +414,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	}
 	done := make([]bool, len(at))
 	for attempt := 0; ; attempt++ {
-		err = b.settle(ctx, g, now, parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, stream, done)
+		err = b.settle(ctx, b.settleSQL, g, now, parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, stream, done)
 		if err != nil && attempt < 5 && retryable(err) {
 			continue
 		}
@@ -360,6 +422,33 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	}
 	if err != nil {
 		return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+	}
+	// What the probe-and-write statement left: requests whose row changed
+	// under it (a renewal committed meanwhile) and stale ones.
+	var left []int
+	for j := range at {
+		if !done[j] {
+			left = append(left, j)
+		}
+	}
+	if len(left) > 0 {
+		pick := func(j int) bool { return !done[j] }
+		rest := make([]bool, len(left))
+		for attempt := 0; ; attempt++ {
+			err = b.settle(ctx, b.settleJoinSQL, g, now, subset(parts, at, pick), subset(seqs, at, pick),
+				subset(leaseIDs, at, pick), subset(eventIDs, at, pick), subset(kinds, at, pick),
+				subset(reasons, at, pick), subset(avail, at, pick), stream, rest)
+			if err != nil && attempt < 5 && retryable(err) {
+				continue
+			}
+			break
+		}
+		if err != nil {
+			return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+		}
+		for x, j := range left {
+			done[j] = rest[x]
+		}
 	}
 	for j, i := range at {
 		if !done[j] {
@@ -369,16 +458,66 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	return errs, nil
 }
 
-func (b *Backend) settle(ctx context.Context, g groupRef, now time.Time, parts []int32, seqs []int64, leaseIDs, eventIDs []string,
+// subset returns the elements of xs whose positions j satisfy keep(j).
+func subset[T any](xs []T, at []int, keep func(int) bool) []T {
+	out := make([]T, 0, len(xs))
+	for j := range at {
+		if keep(j) {
+			out = append(out, xs[j])
+		}
+	}
+	return out
+}
+
+func (b *Backend) settle(ctx context.Context, q string, g groupRef, now time.Time, parts []int32, seqs []int64, leaseIDs, eventIDs []string,
 	kinds []int32, reasons []string, avail []int64, stream string, done []bool) error {
-	// Planned for its arguments on every call (an unnamed statement): the
-	// generic plan PostgreSQL may switch a cached statement to after five
-	// runs has been seen to halve consume throughput.
-	rows, err := b.pool.Query(ctx, b.settleSQL, pgx.QueryExecModeExec, g.id, now.UnixMicro(), parts, seqs, leaseIDs, eventIDs,
-		kinds, reasons, avail, g.maxAttempts, b.channel, stream)
+	args := []any{g.id, now.UnixMicro(), parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, g.maxAttempts, b.channel, stream}
+	if q != b.settleSQL {
+		// Planned for its arguments on every call (an unnamed statement):
+		// the generic plan PostgreSQL may switch a cached statement to after
+		// five runs has been seen to halve the throughput of this join.
+		rows, err := b.pool.Query(ctx, q, append([]any{pgx.QueryExecModeExec}, args...)...)
+		if err != nil {
+			return err
+		}
+		return scanSettled(rows, done)
+	}
+	// The probe-and-write statement reaches rows by tuple ID; with the
+	// stale statistics of a queue table the planner may still prefer
+	// reading the whole table to a tuple-ID lookup, or match the requests
+	// with the rows they settled pair by pair, so sequential scans and
+	// nested loops (but for the LATERAL probes, which can only be one) are
+	// ruled out for this one transaction. (Ruling a plan out prices it
+	// prohibitively, which would make PostgreSQL compile the statement with
+	// its JIT: that is off too.) Its shape is fixed by the
+	// LATERAL probes, so the cached generic plan is as good as a custom
+	// one and saves planning it on every call.
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue(setSettleGUCs)
+	batch.Queue(q, args...)
+	batch.Queue("COMMIT")
+	br := b.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
+	if err := scanSettled(rows, done); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+func scanSettled(rows pgx.Rows, done []bool) error {
 	defer rows.Close()
 	for rows.Next() {
 		var i int64
@@ -394,7 +533,7 @@ func (b *Backend) settle(ctx context.Context, g groupRef, now time.Time, parts [
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, renewSQL, settleSQL, appendSQL, appendFastSQL string
+	fetchSkip, fetchWait, renewSQL, settleSQL, settleJoinSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
@@ -402,6 +541,7 @@ func (b *Backend) prepareTexts() {
 	b.fetchWait = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))
 	b.renewSQL = b.sqlf(renewSQL)
 	b.settleSQL = b.sqlf(settleSQL)
+	b.settleJoinSQL = b.sqlf(settleJoinSQL)
 	b.appendSQL = b.sqlf(appendSQL)
 	b.appendFastSQL = b.sqlf(appendFastSQL)
 }

@@ -11,6 +11,13 @@ func (b *Backend) AppendSQLForTest() string { return b.appendSQL }
 // SettleSQLForTest exposes the settle statement to the package's tests.
 func (b *Backend) SettleSQLForTest() string { return b.settleSQL }
 
+// FetchGUCsForTest and SettleGUCsForTest expose the settings the fetch and
+// settle transactions run with.
+const (
+	FetchGUCsForTest  = setFetchGUCs
+	SettleGUCsForTest = setSettleGUCs
+)
+
 // FetchSQLForTest exposes the fetch statement to the package's tests.
 func (b *Backend) FetchSQLForTest() string { return b.fetchWait }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestHotPathPlans(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("append 100x100: %v", time.Since(st))
-	explain(t, be, be.AppendSQLForTest(), int64(1), []string{"x1", "x2"}, []int32{0, 1}, []string{"t", "t"}, []string{"", ""},
+	explain(t, be, "", be.AppendSQLForTest(), int64(1), []string{"x1", "x2"}, []int32{0, 1}, []string{"t", "t"}, []string{"", ""},
 		[]int64{1, 2}, []string{"{}", "{}"}, []*string{nil, nil}, "chan", "s")
 	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
 	st = time.Now()
@@ -54,6 +55,10 @@ func TestHotPathPlans(t *testing.T) {
 	}
 	t.Logf("fetch %v ack %v", tf, ta)
 	t.Logf("consume 10000: %v", time.Since(st))
+	// The statistics a queue table usually has: gathered when it was
+	// (nearly) empty.
+	_, err := be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_deliveries")
+	require.NoError(t, err)
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
 	require.NoError(t, err)
 	var gid int64
@@ -63,7 +68,7 @@ func TestHotPathPlans(t *testing.T) {
 		lids[i] = "00000000-0000-0000-0000-000000000000"
 	}
 	now := time.Now().UnixMicro()
-	explain(t, be, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r")
+	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r")
 	parts2 := make([]int32, len(ls))
 	seqs := make([]int64, len(ls))
 	l2 := make([]string, len(ls))
@@ -74,12 +79,24 @@ func TestHotPathPlans(t *testing.T) {
 	for i, l := range ls {
 		parts2[i], seqs[i], l2[i], e2[i], kinds[i] = int32(l.Event.Partition), l.Event.Sequence, l.ID, l.Event.ID, 1
 	}
-	explain(t, be, be.SettleSQLForTest(), gid, now, parts2, seqs, l2, e2, kinds, reasons, avail, 5, "chan", "s")
+	explain(t, be, postgres.SettleGUCsForTest, be.SettleSQLForTest(), gid, now, parts2, seqs, l2, e2, kinds, reasons, avail, 5, "chan", "s")
 }
 
-func explain(t *testing.T, be *postgres.Backend, q string, args ...any) {
-	rows, err := be.Pool().Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+// explain runs q under EXPLAIN ANALYZE in a transaction (rolled back)
+// that first runs setup, as the backend does, and fails on a scan of a
+// whole table or a join that compares every request with every row.
+func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) {
+	ctx := context.Background()
+	tx, err := be.Pool().Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	if setup != "" {
+		_, err := tx.Exec(ctx, setup)
+		require.NoError(t, err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
 	for rows.Next() {
 		var line string
 		require.NoError(t, rows.Scan(&line))
@@ -88,6 +105,11 @@ func explain(t *testing.T, be *postgres.Backend, q string, args ...any) {
 		}
 		for _, bad := range []string{"Seq Scan on rheo_events", "Bitmap Heap Scan on rheo_events", "Seq Scan on rheo_deliveries"} {
 			require.NotContains(t, line, bad, "hot path scans a table")
+		}
+		if _, n, ok := strings.Cut(line, "Rows Removed by Join Filter: "); ok {
+			removed, err := strconv.Atoi(strings.TrimSpace(n))
+			require.NoError(t, err)
+			require.Less(t, removed, 1000, "hot path joins every request with every row: %s", line)
 		}
 	}
 	require.NoError(t, rows.Err())
