@@ -27,6 +27,13 @@ const poisonReason = "max_attempts: lease expired"
 // strict sequence order inside each. Then it leases the kept rows, inserts
 // the fresh ones already leased, advances the cursors and returns the
 // leases with their events.
+//
+// Rows it locks it updates by tuple ID (stable while the lock is held),
+// never through a join with the deliveries table: planned from a queue
+// table's stale statistics, such a join walked every delivery of the
+// partition once per claimed row. setFetchGUCs rules out the plans a
+// stale estimate would otherwise pick here (sequential scans, nested loops
+// but for the LATERAL probes).
 const fetchSQL = `
 WITH gp AS (
 	SELECT part, offered FROM {S}rheo_group_parts
@@ -34,20 +41,20 @@ WITH gp AS (
 	ORDER BY part FOR UPDATE {GPLOCK}
 ),
 psel AS (
-	SELECT x.part, x.seq FROM {S}rheo_deliveries x
+	SELECT x.ctid AS tid FROM {S}rheo_deliveries x
 	WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 1 AND x.attempt >= $9 AND x.due_at <= $5
 	FOR UPDATE SKIP LOCKED
 ),
 poison AS (
 	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
 		due_at = NULL, lease_id = NULL, consumer_id = NULL
-	FROM psel WHERE d.grp_id = $1 AND d.part = psel.part AND d.seq = psel.seq
+	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM psel))
 	RETURNING d.seq
 ),
 old AS (
-	SELECT d.part, d.seq, d.attempt, d.event_id
+	SELECT d.part, d.seq, d.attempt, d.event_id, d.tid
 	FROM unnest($3::int[]) AS p(part) CROSS JOIN LATERAL (
-		SELECT x.part, x.seq, x.attempt, x.event_id FROM {S}rheo_deliveries x
+		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.status < 2 AND x.due_at <= $5
 			AND NOT (x.status = 1 AND x.attempt >= $9)
 		ORDER BY x.seq LIMIT $4
@@ -65,9 +72,9 @@ fresh AS (
 cand AS (
 	SELECT c.*, row_number() OVER (PARTITION BY c.part ORDER BY c.seq) AS rn
 	FROM (
-		SELECT part, seq, attempt, event_id, false AS fresh FROM old
+		SELECT part, seq, attempt, event_id, false AS fresh, tid FROM old
 		UNION ALL
-		SELECT part, seq, 0, id, true FROM fresh
+		SELECT part, seq, 0, id, true, NULL::tid FROM fresh
 	) c
 ),
 cnt AS (
@@ -86,13 +93,13 @@ share AS (
 	FROM base WINDOW w AS (ORDER BY ri ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 pick AS (
-	SELECT c.part, c.seq, c.attempt, c.event_id, c.fresh, row_number() OVER (ORDER BY c.part, c.seq) AS i
+	SELECT c.part, c.seq, c.attempt, c.event_id, c.fresh, c.tid, row_number() OVER (ORDER BY c.part, c.seq) AS i
 	FROM cand c JOIN share s ON s.part = c.part WHERE c.rn <= s.take
 ),
 upd AS (
 	UPDATE {S}rheo_deliveries d SET status = 1, attempt = d.attempt + 1, lease_id = ($8::text[])[pick.i],
 		consumer_id = $7, leased_at = $5, expires_at = $6, due_at = $6
-	FROM pick WHERE NOT pick.fresh AND d.grp_id = $1 AND d.part = pick.part AND d.seq = pick.seq
+	FROM pick WHERE d.ctid = ANY(ARRAY(SELECT tid FROM pick WHERE NOT fresh)) AND NOT pick.fresh AND d.ctid = pick.tid
 	RETURNING d.part, d.seq, d.attempt, d.lease_id
 ),
 ins AS (
@@ -119,7 +126,9 @@ ORDER BY got.part, got.seq`
 // The settings of a fetch's and a settle's transaction (SET LOCAL: they
 // end with it).
 const (
-	setFetchGUCs  = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+	setFetchGUCs = `SELECT set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true),
+		set_config('enable_nestloop', 'off', true), set_config('jit', 'off', true),
+		set_config('plan_cache_mode', 'force_generic_plan', true)`
 	setSettleGUCs = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_nestloop', 'off', true),
 		set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 )

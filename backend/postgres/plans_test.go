@@ -69,6 +69,10 @@ func TestHotPathPlans(t *testing.T) {
 	}
 	now := time.Now().UnixMicro()
 	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r")
+	// An hour on, the leases just taken have expired: the fetch takes them
+	// again (the redelivery path) and dead-letters none (limit 5).
+	later := now + 3600*1000000
+	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, later, later+30000000, "c", lids, 5, int32(0), "r")
 	parts2 := make([]int32, len(ls))
 	seqs := make([]int64, len(ls))
 	l2 := make([]string, len(ls))
