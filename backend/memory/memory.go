@@ -58,14 +58,14 @@ func packPos(p int, seq int64) uint64 { return uint64(p)<<48 | uint64(seq) }
 
 // lookup returns the position of the event with the given ID.
 func (s *stream) lookup(id string) (pos, bool) {
-	v, ok := s.ids[id]
+	v, ok := s.ids.get(id)
 	return pos{int(v >> 48), int64(v & (1<<48 - 1))}, ok
 }
 
 type stream struct {
 	info   rheo.StreamInfo
 	parts  []*plog
-	ids    map[string]uint64
+	ids    idIndex
 	groups map[string]*group
 
 	idDeletes  int64 // IDs deleted from ids since it was last rebuilt
@@ -334,7 +334,7 @@ func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {
 	b.streams[info.Name] = &stream{
 		info:   info,
 		parts:  newLogs(info.Partitions),
-		ids:    map[string]uint64{},
+		ids:    newIDIndex(0),
 		groups: map[string]*group{},
 	}
 	return nil
@@ -407,7 +407,7 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
 		s.parts[e.Partition].append(e)
-		s.ids[e.ID] = packPos(e.Partition, e.Sequence)
+		s.ids.put(e.ID, packPos(e.Partition, e.Sequence))
 		start := len(copies)
 		copies = append(copies, e.Payload...)
 		e.Payload = copies[start:len(copies):len(copies)]

@@ -90,7 +90,7 @@ func (b *Backend) Trim(_ context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 	}
 	res.Removed = through - l.trimmed
 	l.trim(through, func(e *rheo.Event) {
-		delete(s.ids, e.ID)
+		s.ids.remove(e.ID)
 		s.idDeletes++
 	})
 	s.compactIDs()
@@ -131,12 +131,8 @@ func (g *gpart) trim(trimmed, through int64) (skipped, deadN int64) {
 // holds: a Go map never shrinks on delete, and a trimmed stream deletes
 // forever.
 func (s *stream) compactIDs() {
-	if s.idDeletes < 1024 || s.idDeletes < int64(len(s.ids)) {
+	if s.idDeletes < 1024 || s.idDeletes < int64(s.ids.len()) {
 		return
 	}
-	ids := make(map[string]uint64, len(s.ids))
-	for k, v := range s.ids {
-		ids[k] = v
-	}
-	s.ids, s.idDeletes = ids, 0
+	s.ids, s.idDeletes = s.ids.compacted(), 0
 }
