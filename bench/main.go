@@ -22,6 +22,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -138,6 +139,11 @@ type config struct {
 	workers   int
 	only      string
 	csv       string
+
+	scale       bool   // run the scale cases instead of the pairs
+	scaleStores string // comma-separated
+	scaleEvents int
+	scaleCycles int
 }
 
 func main() {
@@ -152,6 +158,10 @@ func main() {
 	flag.IntVar(&cfg.workers, "workers", 100, "handler concurrency of rheo's runtime and River's MaxWorkers")
 	flag.StringVar(&cfg.only, "only", "", "run only the pairs whose name matches this regular expression")
 	flag.StringVar(&cfg.csv, "csv", "peers.csv", "CSV file to write (empty: none)")
+	flag.BoolVar(&cfg.scale, "scale", false, "measure operation costs at scale (1,000 groups, 1,024 partitions, -scale-events events) against a small stream, instead of the pairs")
+	flag.StringVar(&cfg.scaleStores, "scale-stores", "memory,sqlite,postgres,redis", "stores of -scale")
+	flag.IntVar(&cfg.scaleEvents, "scale-events", 10000000, "events of the long stream of -scale")
+	flag.IntVar(&cfg.scaleCycles, "scale-cycles", 200, "measured cycles per case of -scale")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -167,12 +177,38 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if cfg.scale {
+		if err := scale(ctx, cfg, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
 		stop()
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+}
+
+// scale runs the scale cases and prints their table.
+func scale(ctx context.Context, cfg config, out io.Writer) error {
+	if cfg.scaleEvents < 1000 || cfg.scaleCycles < 1 {
+		return fmt.Errorf("-scale-events must be at least 1000 and -scale-cycles at least 1")
+	}
+	e, err := newEnv(ctx, cfg.pg, cfg.redis, cfg.parts, cfg.workers)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	res, err := runScale(ctx, e, strings.Split(cfg.scaleStores, ","), cfg.scaleEvents, cfg.scaleCycles, out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	printScale(out, res)
+	return nil
 }
 
 // run measures every selected pair and returns the results.

@@ -58,7 +58,42 @@ func TestPeersSmoke(t *testing.T) {
 		t.Fatalf("CSV has %d records, want header + %d", len(recs), len(results))
 	}
 
-	// Nothing left behind.
+	checkNothingLeft(ctx, t, cfg)
+}
+
+// TestScaleSmoke runs every scale case on every store with tiny sizes:
+// each must produce a time for every operation, small and scaled.
+func TestScaleSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := config{pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379")}
+	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	var out bytes.Buffer
+	stores := []string{"memory", "sqlite", "postgres", "redis"}
+	res, err := runScale(ctx, e, stores, 2000, 2, &out)
+	if err != nil {
+		t.Fatalf("scale: %v\n%s", err, out.String())
+	}
+	if len(res) != len(stores)*len(scaleCases(2000)) {
+		t.Fatalf("%d results, want one per store and case", len(res))
+	}
+	for _, r := range res {
+		for k := range scaleOps {
+			if r.small[k] <= 0 || r.big[k] <= 0 {
+				t.Errorf("%s, %s: %s took %v / %v, want positive", r.store, r.name, scaleOps[k], r.small[k], r.big[k])
+			}
+		}
+	}
+	checkNothingLeft(ctx, t, cfg)
+}
+
+// checkNothingLeft fails when a schema or a key of the benchmark remains.
+func checkNothingLeft(ctx context.Context, t *testing.T, cfg config) {
+	t.Helper()
 	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -53,10 +53,12 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 		res      failoverResult
 		appended = map[string]bool{}
 		acked    = map[string]bool{}
+		lastErr  error
 	)
 	count := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		lastErr = err
 		if errors.Is(err, rheo.ErrAmbiguous) {
 			res.ambiguous++
 		} else {
@@ -108,15 +110,16 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 	// kill with WAIT, when the promoted primary has no replica left and
 	// every write is ambiguous) until amb more writes were ambiguous.
 	progress := func(n, amb int) {
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(120 * time.Second)
 		for {
 			mu.Lock()
-			a, k, m := len(appended), len(acked), res.ambiguous
+			a, k, m, f, last := len(appended), len(acked), res.ambiguous, res.failed, lastErr
 			mu.Unlock()
 			if a >= n && k >= n/2 || m >= amb {
 				return
 			}
-			require.True(t, time.Now().Before(deadline), "no progress: %d appended, %d acked", a, k)
+			require.True(t, time.Now().Before(deadline), "no progress: %d appended, %d acked (want %d and %d); %d ambiguous, %d failed; last error: %v",
+				a, k, n, n/2, m, f, last)
 			time.Sleep(10 * time.Millisecond)
 		}
 	}

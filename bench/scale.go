@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rheo-go/rheo"
+)
+
+// A scale case is a stream whose per-operation cost is compared with that
+// of a small stream in the same store: 4 partitions, one group, 1,000
+// events.
+type scaleCase struct {
+	name   string
+	parts  int // partitions of the stream
+	groups int // groups on the stream; the first one is measured
+	events int // events appended before the measured cycles
+}
+
+func scaleCases(events int) []scaleCase {
+	return []scaleCase{
+		{"1,000 groups", 4, 1000, 1000},
+		{"1,024 partitions", 1024, 1, 1000},
+		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events},
+	}
+}
+
+var scaleOps = []string{"append 100", "fetch 100", "ack 100", "lag"}
+
+// scaleResult is the mean cost of each operation of a cycle, small and
+// scaled, over the same cycles.
+type scaleResult struct {
+	store, name string
+	small, big  [4]time.Duration
+}
+
+// runScale measures, for every store and case, the mean time of one cycle's
+// operations (AppendBatch of 100, Fetch with Limit 100, AckBatch of what it
+// got, Lag) on the scaled stream and on the small one, alternating cycle by
+// cycle so that load elsewhere falls on both alike. Every group starts at
+// the end of its stream (rheo.Latest), so a cycle works at the tail of the
+// stream as a caught-up consumer does.
+func runScale(ctx context.Context, e *env, stores []string, events, cycles int, out io.Writer) ([]scaleResult, error) {
+	var res []scaleResult
+	for _, store := range stores {
+		for _, sc := range scaleCases(events) {
+			r, err := scaleOne(ctx, e, store, sc, cycles)
+			if err != nil {
+				return res, fmt.Errorf("%s, %s: %w", store, sc.name, err)
+			}
+			res = append(res, r)
+			fmt.Fprintf(out, "%-9s %-18s", store, sc.name)
+			for i, op := range scaleOps {
+				fmt.Fprintf(out, "  %s %s/%s (%.2f×)", op, us(r.small[i]), us(r.big[i]), ratio(r.big[i], r.small[i]))
+			}
+			fmt.Fprintln(out)
+		}
+	}
+	return res, nil
+}
+
+func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles int) (scaleResult, error) {
+	r := scaleResult{store: store, name: sc.name}
+	c, cleanup, err := e.rheoClient(ctx, store)
+	if err != nil {
+		return r, err
+	}
+	defer cleanup()
+	setup := func(stream string, parts, groups, events int) error {
+		if err := c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: parts}); err != nil {
+			return err
+		}
+		if err := fillStream(ctx, c, stream, events); err != nil {
+			return err
+		}
+		for g := range groups {
+			if err := c.CreateGroup(ctx, stream, groupName(g), rheo.GroupConfig{Start: rheo.Latest()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := setup("small", 4, 1, 1000); err != nil {
+		return r, err
+	}
+	if err := setup("big", sc.parts, sc.groups, sc.events); err != nil {
+		return r, err
+	}
+	if store == "postgres" {
+		if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+			return r, err
+		}
+	}
+	for i := range cycles + 5 {
+		var s, b [4]time.Duration
+		if err := cycle(ctx, c, "small", i, &s); err != nil {
+			return r, err
+		}
+		if err := cycle(ctx, c, "big", i, &b); err != nil {
+			return r, err
+		}
+		if i < 5 {
+			continue // warm-up
+		}
+		for k := range 4 {
+			r.small[k] += s[k] / time.Duration(cycles)
+			r.big[k] += b[k] / time.Duration(cycles)
+		}
+	}
+	return r, nil
+}
+
+func groupName(g int) string { return "g" + strconv.Itoa(g) }
+
+// cycle appends 100 events, fetches up to 100 for group g0, acks them and
+// reads the lag, adding each operation's time to d.
+func cycle(ctx context.Context, c *rheo.Client, stream string, i int, d *[4]time.Duration) error {
+	msgs := make([]rheo.Message, 100)
+	for j := range msgs {
+		n := i*100 + j
+		msgs[j] = rheo.Message{Type: "order.created", Key: strconv.Itoa(n), Payload: payload(nil, n)}
+	}
+	t0 := time.Now()
+	if _, err := c.AppendBatch(ctx, stream, msgs); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	ls, err := c.Fetch(ctx, stream, groupName(0), rheo.FetchOptions{Limit: 100})
+	if err != nil {
+		return err
+	}
+	if len(ls) == 0 {
+		return fmt.Errorf("fetch from %s returned nothing after an append", stream)
+	}
+	t2 := time.Now()
+	if err := c.AckBatch(ctx, ls); err != nil {
+		return err
+	}
+	t3 := time.Now()
+	if _, err := c.Lag(ctx, stream, groupName(0)); err != nil {
+		return err
+	}
+	t4 := time.Now()
+	d[0], d[1], d[2], d[3] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3)
+	return nil
+}
+
+// fillStream appends n events to stream in batches of 1,000.
+func fillStream(ctx context.Context, c *rheo.Client, stream string, n int) error {
+	msgs := make([]rheo.Message, 0, 1000)
+	for i := 0; i < n; i += 1000 {
+		msgs = msgs[:0]
+		for j := i; j < min(i+1000, n); j++ {
+			msgs = append(msgs, rheo.Message{Type: "order.created", Key: strconv.Itoa(j), Payload: payload(nil, j)})
+		}
+		if _, err := c.AppendBatch(ctx, stream, msgs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printScale writes the results as a table, one row per store and case.
+func printScale(out io.Writer, res []scaleResult) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "store\tcase\tappend 100 (small / scaled)\tfetch 100\tack 100\tlag\t")
+	for _, r := range res {
+		fmt.Fprintf(w, "%s\t%s\t", r.store, r.name)
+		for k := range 4 {
+			fmt.Fprintf(w, "%s / %s = %.2f×\t", us(r.small[k]), us(r.big[k]), ratio(r.big[k], r.small[k]))
+		}
+		fmt.Fprintln(w)
+	}
+	w.Flush()
+}
+
+func us(d time.Duration) string {
+	if d < 10*time.Microsecond {
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
