@@ -201,13 +201,17 @@ func redisBareGroup(ctx context.Context, e *env, n int) (float64, error) {
 }
 
 // openSQLite opens a fresh SQLite file with the settings rheo's SQLite
-// store uses (WAL, synchronous NORMAL), one writer connection.
-func openSQLite(e *env) (*sql.DB, func(), error) {
+// store uses (WAL, synchronous NORMAL unless full), one writer connection.
+func openSQLite(e *env, full bool) (*sql.DB, func(), error) {
 	path, rm := e.file("bare")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, nil, err
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)")
+	sync := "NORMAL"
+	if full {
+		sync = "FULL"
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous("+sync+")&_pragma=busy_timeout(5000)")
 	if err != nil {
 		rm()
 		return nil, nil, err
@@ -225,7 +229,7 @@ func openSQLite(e *env) (*sql.DB, func(), error) {
 // n rows with a multi-row INSERT of size rows per transaction.
 func sqliteBareInsert(size int) workload {
 	return func(ctx context.Context, e *env, n int) (float64, error) {
-		db, cleanup, err := openSQLite(e)
+		db, cleanup, err := openSQLite(e, false)
 		if err != nil {
 			return 0, err
 		}
@@ -263,7 +267,17 @@ func sqliteInsert(ctx context.Context, db *sql.DB, n, size int) error {
 // sqliteBareQueue is the naive SQLite queue: one transaction per row,
 // selecting the oldest row and deleting it, until n rows are gone.
 func sqliteBareQueue(ctx context.Context, e *env, n int) (float64, error) {
-	db, cleanup, err := openSQLite(e)
+	return sqliteBareQueueSync(ctx, e, n, false)
+}
+
+// sqliteBareQueueFull is sqliteBareQueue with synchronous FULL: every
+// commit is on disk when it returns.
+func sqliteBareQueueFull(ctx context.Context, e *env, n int) (float64, error) {
+	return sqliteBareQueueSync(ctx, e, n, true)
+}
+
+func sqliteBareQueueSync(ctx context.Context, e *env, n int, full bool) (float64, error) {
+	db, cleanup, err := openSQLite(e, full)
 	if err != nil {
 		return 0, err
 	}

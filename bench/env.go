@@ -152,12 +152,16 @@ func (e *env) rheoClient(ctx context.Context, store string) (*rheo.Client, func(
 		p, del := e.prefix("rheo")
 		c := rheo.New(rheoredis.New(e.rdb, rheoredis.WithKeyPrefix(p)))
 		return c, func() { c.Close(); del() }, nil
-	case "sqlite":
+	case "sqlite", "sqlite-full":
 		path, rm := e.file("rheo")
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, nil, err
 		}
-		b, err := sqlite.Open(ctx, path)
+		var opts []sqlite.Option
+		if store == "sqlite-full" {
+			opts = append(opts, sqlite.WithSynchronous(sqlite.SynchronousFull))
+		}
+		b, err := sqlite.Open(ctx, path, opts...)
 		if err != nil {
 			rm()
 			return nil, nil, err

@@ -96,6 +96,8 @@ func pairs(workers int) []pair {
 			side{"bare one row per transaction", sqliteBareQueue, consumeN}, 10},
 		{"sqlite consume: raw loop vs one-row queue", side{raw, rheoRaw("sqlite"), consumeN},
 			side{"bare one row per transaction", sqliteBareQueue, consumeN}, 10},
+		{"sqlite synchronous=full consume: runtime vs one-row queue", side{def, rheoConsumer("sqlite-full"), consumeN},
+			side{"bare one row per transaction, synchronous=full", sqliteBareQueueFull, consumeN}, 10},
 		{"sqlite append 100: vs bare INSERT", app("sqlite", 100),
 			side{"bare multi-row INSERT 100", sqliteBareInsert(100), appendN}, 0},
 		{"sqlite append 1000: vs bare INSERT", app("sqlite", 1000),
