@@ -15,17 +15,7 @@ const benchStream, benchGroup = "bench", "g"
 
 // fillRheo appends n events in batches of 1,000 (setup, not timed).
 func fillRheo(ctx context.Context, c *rheo.Client, n int) error {
-	msgs := make([]rheo.Message, 0, 1000)
-	for i := 0; i < n; i += 1000 {
-		msgs = msgs[:0]
-		for j := i; j < min(i+1000, n); j++ {
-			msgs = append(msgs, rheo.Message{Type: "order.created", Key: strconv.Itoa(j), Payload: payload(nil, j)})
-		}
-		if _, err := c.AppendBatch(ctx, benchStream, msgs); err != nil {
-			return err
-		}
-	}
-	return nil
+	return fillStream(ctx, c, benchStream, n)
 }
 
 // rheoBacklog opens a fresh store holding a stream of n events and a group

@@ -334,12 +334,7 @@ acked AS (
 	RETURNING d.ctid AS tid
 ),
 other AS (
-	UPDATE {S}rheo_deliveries d SET
-		status = CASE WHEN k.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
-		reason = CASE WHEN k.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || k.reason ELSE k.reason END,
-		due_at = CASE WHEN k.kind = 2 AND d.attempt < $10 THEN k.avail END,
-		dead_at = CASE WHEN k.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
-		lease_id = NULL, consumer_id = NULL, expires_at = NULL
+	UPDATE {S}rheo_deliveries d SET {SETTLED}
 	FROM k
 	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM k WHERE kind <> 1)) AND k.kind <> 1 AND d.ctid = k.tid
 	RETURNING k.i, d.status AS st
@@ -348,6 +343,16 @@ note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 LIMIT
 SELECT min(k.i) FROM acked JOIN k ON k.tid = acked.tid AND k.kind = 1 GROUP BY k.tid
 UNION ALL SELECT i FROM other
 UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
+
+// settledSet is what a nack or a reject writes to its delivery ({R} is
+// the request): a nack below the attempt limit makes it available at the
+// request's time, anything else dead-letters it.
+const settledSet = `
+		status = CASE WHEN {R}.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
+		reason = CASE WHEN {R}.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END,
+		due_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN {R}.avail END,
+		dead_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
+		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
 // settleJoinSQL settles the requests settleSQL left unsettled because
 // their row changed under it, or that are stale: a join that re-checks
@@ -364,12 +369,7 @@ acked AS (
 	RETURNING r.i
 ),
 other AS (
-	UPDATE {S}rheo_deliveries d SET
-		status = CASE WHEN r.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
-		reason = CASE WHEN r.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || r.reason ELSE r.reason END,
-		due_at = CASE WHEN r.kind = 2 AND d.attempt < $10 THEN r.avail END,
-		dead_at = CASE WHEN r.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
-		lease_id = NULL, consumer_id = NULL, expires_at = NULL
+	UPDATE {S}rheo_deliveries d SET {SETTLED}
 	FROM r
 	WHERE r.kind <> 1 AND d.grp_id = $1 AND d.part = r.part AND d.seq = r.seq
 		AND d.status = 1 AND d.lease_id = r.lease_id AND d.event_id = r.event_id
@@ -549,8 +549,8 @@ func (b *Backend) prepareTexts() {
 	b.fetchSkip = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1))
 	b.fetchWait = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))
 	b.renewSQL = b.sqlf(renewSQL)
-	b.settleSQL = b.sqlf(settleSQL)
-	b.settleJoinSQL = b.sqlf(settleJoinSQL)
+	b.settleSQL = b.sqlf(strings.Replace(settleSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "k"), 1))
+	b.settleJoinSQL = b.sqlf(strings.Replace(settleJoinSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "r"), 1))
 	b.appendSQL = b.sqlf(appendSQL)
 	b.appendFastSQL = b.sqlf(appendFastSQL)
 }
