@@ -30,18 +30,27 @@ type Server struct {
 func (s *Server) Close() { s.stop() }
 
 // Start returns the server named by RHEO_TEST_MONGO when set, or starts an
-// embedded FerretDB (SQLite handler, data in dir) on a free loopback port.
+// embedded FerretDB on a free loopback port: with its SQLite handler (data
+// in dir), or with its PostgreSQL handler on the database named by
+// RHEO_FERRETDB_POSTGRES (each test database becomes a schema there, and is
+// dropped with it). FerretDB's SQLite handler checks an insert's _id
+// against the whole collection, so loading grows quadratically with its
+// size; the PostgreSQL handler keeps _id in a unique index.
 func Start(dir string) (*Server, error) {
 	if uri := os.Getenv("RHEO_TEST_MONGO"); uri != "" {
 		return &Server{URI: uri, stop: func() {}}, nil
 	}
-	f, err := ferretdb.New(&ferretdb.Config{
+	cfg := &ferretdb.Config{
 		Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:  "sqlite",
 		// Durability is not under test: skip the fsyncs.
 		SQLiteURL: "file:" + dir + "/?_pragma=synchronous(OFF)",
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if pg := os.Getenv("RHEO_FERRETDB_POSTGRES"); pg != "" {
+		cfg.Handler, cfg.SQLiteURL, cfg.PostgreSQLURL = "postgresql", "", pg
+	}
+	f, err := ferretdb.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start FerretDB: %w", err)
 	}
