@@ -394,9 +394,12 @@ func (r *runner) killAndRestart(s *slot) {
 	cmd, done, name := s.cmd, s.done, s.cur
 	s.kill = true
 	s.mu.Unlock()
-	at := time.Now()
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-done
+	// The kill time is when the process is known dead, not when the signal
+	// was sent: a delivery it journaled while the signal was on its way
+	// was still held when it died.
+	at := time.Now()
 	r.mu.Lock()
 	r.killed[name] = at
 	r.faults[FaultKill]++
