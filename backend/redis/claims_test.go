@@ -295,3 +295,68 @@ func TestOpenDSN(t *testing.T) {
 	require.Equal(t, prefix, c.Backend().(*redis.Backend).KeyPrefix())
 	require.NoError(t, c.Close())
 }
+
+// TestLeasesWrittenByEarlierVersions: a lease is one hash field holding the
+// lease ID, attempt, claim time and consumer; earlier versions wrote
+// "<lease ID>:<attempt>" and a claim record in c:<p>. Leases of either form
+// list with their consumer, settle, expire and come back, and settling one
+// removes its claim record.
+func TestLeasesWrittenByEarlierVersions(t *testing.T) {
+	b, rc := newBackend(t)
+	clk := clock.NewFrozen(epoch)
+	c := rheo.New(b, rheo.WithClock(clk))
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "log", rheo.StreamConfig{Partitions: 1}))
+	appendN(t, c, "log", 1, 3)
+	require.NoError(t, c.CreateGroup(ctx, "log", "g", rheo.GroupConfig{MaxAttempts: 5}))
+	ls, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 3, ConsumerID: "new-worker", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, ls, 3)
+	gb := b.KeyPrefix() + "{log}:g:g:"
+	require.Zero(t, rc.Exists(ctx, gb+"c:0").Val(), "a claim writes no claim record")
+
+	// Rewrite the first two leases the way an earlier version stored them.
+	for _, l := range ls[:2] {
+		seq := fmt.Sprint(l.Event.Sequence)
+		require.NoError(t, rc.HSet(ctx, gb+"l:0", seq, l.ID+":1").Err())
+		require.NoError(t, rc.HSet(ctx, gb+"c:0", seq, fmt.Sprintf("%s:%d:old-worker", l.ID, epoch.UnixMicro())).Err())
+	}
+	listed, err := c.Leases(ctx, "log", "g", rheo.LeaseListOptions{})
+	require.NoError(t, err)
+	require.Len(t, listed, 3)
+	for i, l := range listed {
+		require.Equal(t, ls[i].Event.ID, l.Event.ID)
+		require.Equal(t, 1, l.Attempt)
+		require.True(t, l.LeasedAt.Equal(epoch), "leased at %v", l.LeasedAt)
+		require.True(t, l.ExpiresAt.Equal(epoch.Add(time.Minute)), "expires at %v", l.ExpiresAt)
+		want := "new-worker"
+		if i < 2 {
+			want = "old-worker"
+		}
+		require.Equal(t, want, l.ConsumerID)
+	}
+
+	// The old-form lease settles and takes its claim record along.
+	require.NoError(t, c.Ack(ctx, ls[0]))
+	require.False(t, rc.HExists(ctx, gb+"c:0", fmt.Sprint(ls[0].Event.Sequence)).Val())
+
+	// The other old-form lease expires and comes back as attempt 2, now in
+	// the new form; the old one is fenced.
+	clk.Advance(2 * time.Minute)
+	again, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 3, ConsumerID: "next-worker"})
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	require.Equal(t, ls[1].Event.ID, again[0].Event.ID)
+	require.Equal(t, 2, again[0].Attempt)
+	require.ErrorIs(t, c.Ack(ctx, ls[1]), rheo.ErrStaleLease)
+	listed, err = c.Leases(ctx, "log", "g", rheo.LeaseListOptions{EventIDs: []string{ls[1].Event.ID}})
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, "next-worker", listed[0].ConsumerID)
+	require.Equal(t, 2, listed[0].Attempt)
+	require.NoError(t, c.AckBatch(ctx, again))
+	require.Zero(t, rc.Exists(ctx, gb+"l:0", gb+"c:0").Val(), "nothing is left once every lease is settled")
+	lag, err := c.Lag(ctx, "log", "g")
+	require.NoError(t, err)
+	require.Zero(t, lag.Total)
+}

@@ -11,8 +11,9 @@ import (
 var _ rheo.LeaseLister = (*Backend)(nil)
 
 // Leases implements rheo.LeaseLister with one script call. The consumer ID
-// and claim time come from the claim record each fetch writes beside the
-// lease; a lease claimed before that record existed lists without them.
+// and claim time come from the lease itself (or, for a lease claimed by an
+// earlier version, from the claim record it wrote beside the lease); a
+// lease claimed before either existed lists without them.
 func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []string, limit int) ([]rheo.Lease, error) {
 	base := b.streamBase(stream)
 	args := make([]any, 0, 4+len(eventIDs))
@@ -38,14 +39,22 @@ func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []s
 		if err != nil {
 			return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "redis: leases of group %q", group)
 		}
-		leaseID, att, _ := strings.Cut(toStr(r[2]), ":")
+		// The lease is "<lease ID>:<attempt>:<claimed at>:<consumer ID>"; a
+		// lease claimed by an earlier version is "<lease ID>:<attempt>", its
+		// claim record "<lease ID>:<claimed at>:<consumer ID>" beside it
+		// (one left by an earlier lease of the delivery does not count).
+		leaseID, rest, _ := strings.Cut(toStr(r[2]), ":")
+		att, claim, claimed := strings.Cut(rest, ":")
 		attempt, _ := strconv.Atoi(att)
 		exp, _ := strconv.ParseInt(toStr(r[3]), 10, 64)
 		l := rheo.Lease{ID: leaseID, Stream: stream, Group: group, Attempt: attempt, ExpiresAt: fromMicros(exp), Event: e}
-		// The claim record is "<lease ID>:<claimed at>:<consumer ID>"; one
-		// left by an earlier lease of the delivery does not count.
-		if id, rest, ok := strings.Cut(toStr(r[4]), ":"); ok && id == leaseID {
-			at, consumer, _ := strings.Cut(rest, ":")
+		if !claimed {
+			if id, rest, ok := strings.Cut(toStr(r[4]), ":"); ok && id == leaseID {
+				claim, claimed = rest, true
+			}
+		}
+		if claimed {
+			at, consumer, _ := strings.Cut(claim, ":")
 			if us, err := strconv.ParseInt(at, 10, 64); err == nil {
 				l.LeasedAt = fromMicros(us)
 			}

@@ -38,6 +38,14 @@ local function bulk(head, list, step, tail)
   end
   return replies
 end
+local function mget(key, list)
+  -- HMGET of any number of fields, as one flat list (false where missing).
+  local out = {}
+  for _, r in ipairs(bulk({'HMGET', key}, list, 1000)) do
+    for _, v in ipairs(r) do out[#out + 1] = v end
+  end
+  return out
+end
 local function need_stream()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     return redis.error_reply('RHEO_NOSTREAM')
@@ -304,8 +312,14 @@ return 1
 // fetch: ARGV[4] now (µs), ARGV[5] expires (µs), ARGV[6] limit, ARGV[7]
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
 // limit fresh lease IDs, then the consumer ID. Returns flat rows of 5:
-// partition, seq, lease ID, attempt, entry fields. Each claim also records
-// "<lease ID>:<now>:<consumer ID>" in c:<p>, for listing leases.
+// partition, seq, lease ID, attempt, entry fields.
+//
+// A lease is the field of its sequence in l:<p>, valued "<lease ID>:<attempt>
+// :<claimed at (µs)>:<consumer ID>" (one write per claim; what ListLeases
+// reads); a delivery waiting to be claimed again is ":<attempt>". Stores
+// written by earlier versions may hold leases as "<lease ID>:<attempt>" with
+// the claim record "<lease ID>:<claimed at>:<consumer ID>" in c:<p>: every
+// script reads both, and removes c:<p> fields with the lease.
 var fetchScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = tonumber(ARGV[4])
@@ -316,7 +330,7 @@ local k = tonumber(ARGV[7])
 local parts = {}
 for i = 1, k do parts[i] = ARGV[7 + i] end
 local idbase = 7 + k
-local consumer = ARGV[idbase + limit + 1]
+local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
 local out = {}
 local due = {}
@@ -330,7 +344,7 @@ local function scan_due(p)
   local lkey = gb .. 'l:' .. p
   local dkey = gb .. 'd:' .. p
   local lst = redis.call('ZRANGEBYSCORE', dkey, '-inf', nowS)
-  local nums, drop, poison, acks = {}, {}, {}, {}
+  local nums, drop, poison, acks, atts = {}, {}, {}, {}, {}
   local i = 1
   while i <= #lst do
     local j = math.min(i + 999, #lst)
@@ -341,7 +355,7 @@ local function scan_due(p)
       if not v then
         drop[#drop + 1] = ss
       else
-        local lid, att = string.match(v, '^([^:]*):(%d+)$')
+        local lid, att = string.match(v, '^([^:]*):(%d+)')
         att = tonumber(att)
         if lid ~= '' and att >= maxA then
           drop[#drop + 1] = ss
@@ -350,6 +364,7 @@ local function scan_due(p)
           dead(p, tonumber(ss), att, 'max_attempts: lease expired', nowS)
         else
           nums[#nums + 1] = tonumber(ss)
+          atts[ss] = att
         end
       end
     end
@@ -362,9 +377,12 @@ local function scan_due(p)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
   table.sort(nums)
-  return nums
+  return nums, atts
 end
-for i = 1, k do due[parts[i]] = {list = scan_due(parts[i]), pos = 1} end
+for i = 1, k do
+  local nums, atts = scan_due(parts[i])
+  due[parts[i]] = {list = nums, att = atts, pos = 1}
+end
 
 local function take(p, want)
   local got = 0
@@ -374,18 +392,16 @@ local function take(p, want)
   -- Claimable deliveries already offered, lowest sequence first.
   local dc = due[p]
   if got < want and dc.pos <= #dc.list then
-    local hset, zadd, claim, rows, cset = {}, {}, {}, {}, {}
+    local hset, zadd, claim, rows = {}, {}, {}, {}
     while got < want and dc.pos <= #dc.list do
       local seq = dc.list[dc.pos]
       dc.pos = dc.pos + 1
       local ss = fmt(seq)
-      local att = tonumber(string.match(redis.call('HGET', lkey, ss), ':(%d+)$'))
+      local att = dc.att[ss]
       used = used + 1
       local id = ARGV[idbase + used]
       hset[#hset + 1] = ss
-      hset[#hset + 1] = id .. ':' .. fmt(att + 1)
-      cset[#cset + 1] = ss
-      cset[#cset + 1] = id .. ':' .. nowS .. ':' .. consumer
+      hset[#hset + 1] = id .. ':' .. fmt(att + 1) .. claimed
       zadd[#zadd + 1] = exp
       zadd[#zadd + 1] = ss
       claim[#claim + 1] = ss .. '-0'
@@ -393,7 +409,6 @@ local function take(p, want)
       got = got + 1
     end
     bulk({'HSET', lkey}, hset, 1000)
-    bulk({'HSET', gb .. 'c:' .. p}, cset, 1000)
     bulk({'ZADD', dkey}, zadd, 1000)
     for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
       for _, ent in ipairs(r) do
@@ -410,15 +425,13 @@ local function take(p, want)
     local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'STREAMS', sk, '>')
     local ents = (r and r[1] and r[1][2]) or {}
     if #ents < want - got then newdone[p] = true end
-    local hset, zadd, cset = {}, {}, {}
+    local hset, zadd = {}, {}
     for _, ent in ipairs(ents) do
       local ss = string.match(ent[1], '^(%d+)')
       used = used + 1
       local id = ARGV[idbase + used]
       hset[#hset + 1] = ss
-      hset[#hset + 1] = id .. ':1'
-      cset[#cset + 1] = ss
-      cset[#cset + 1] = id .. ':' .. nowS .. ':' .. consumer
+      hset[#hset + 1] = id .. ':1' .. claimed
       zadd[#zadd + 1] = exp
       zadd[#zadd + 1] = ss
       out[#out + 1] = p; out[#out + 1] = tonumber(ss); out[#out + 1] = id; out[#out + 1] = 1
@@ -427,7 +440,6 @@ local function take(p, want)
     end
     if #hset > 0 then
       bulk({'HSET', lkey}, hset, 1000)
-      bulk({'HSET', gb .. 'c:' .. p}, cset, 1000)
       bulk({'ZADD', dkey}, zadd, 1000)
     end
   end
@@ -468,19 +480,35 @@ var settleScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = ARGV[4]
 local n = tonumber(ARGV[5])
+-- The leases and the event-ID fences of the whole batch are read first:
+-- one HMGET per partition, one for the IDs. lv then follows what this
+-- script writes, so that a lease named twice in the batch is settled once.
+local seqs, eids = {}, {}
+for i = 1, n do
+  local o = 5 + (i - 1) * 8
+  local p = ARGV[o + 2]
+  local l = seqs[p]
+  if l == nil then l = {}; seqs[p] = l end
+  l[#l + 1] = ARGV[o + 3]
+  eids[i] = ARGV[o + 8]
+end
+local lv = {}
+for p, l in pairs(seqs) do
+  local vals = mget(gb .. 'l:' .. p, l)
+  for x, ss in ipairs(l) do lv[p .. ':' .. ss] = vals[x] end
+end
+local at = mget(base .. 'ids', eids)
 local res = {}
 local rm = {}
-local gone = {} -- settled earlier in this batch; their fences go in bulk below
 local woke = false
 for i = 1, n do
   local o = 5 + (i - 1) * 8
   local kind, p, ss, lid, receipt = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
-  local lkey = gb .. 'l:' .. p
-  local v = nil
-  if not gone[p .. ':' .. ss] then v = redis.call('HGET', lkey, ss) end
+  local key = p .. ':' .. ss
+  local v = lv[key]
   local cur, att
-  if v then cur, att = string.match(v, '^([^:]*):(%d+)$') end
-  if not v or cur == '' or cur ~= lid or redis.call('HGET', base .. 'ids', ARGV[o + 8]) ~= p .. ':' .. ss then
+  if v then cur, att = string.match(v, '^([^:]*):(%d+)') end
+  if not v or cur == '' or cur ~= lid or at[i] ~= key then
     res[i] = 1
   elseif receipt ~= ss .. '-0' then
     res[i] = 2
@@ -489,11 +517,12 @@ for i = 1, n do
     att = tonumber(att)
     local seq = tonumber(ss)
     if kind == 'n' and att < maxA then
-      redis.call('HSET', lkey, ss, ':' .. fmt(att))
+      lv[key] = ':' .. fmt(att)
+      redis.call('HSET', gb .. 'l:' .. p, ss, lv[key])
       redis.call('ZADD', gb .. 'd:' .. p, ARGV[o + 6], ss)
       woke = true
     else
-      gone[p .. ':' .. ss] = true
+      lv[key] = false
       local r = rm[p]
       if r == nil then r = {}; rm[p] = r end
       r[#r + 1] = ss
@@ -552,8 +581,8 @@ return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
 
 // leases: ARGV[4] limit, ARGV[5] number of event IDs m, then m event IDs
 // (none: every lease of the group). Returns rows of (partition, seq, lease
-// value "<lease ID>:<attempt>", expiry (µs), claim record from c:<p> or empty,
-// entry fields) ordered by (partition, seq), at most limit of them.
+// value (see fetch), expiry (µs), claim record from c:<p> or empty, entry
+// fields) ordered by (partition, seq), at most limit of them.
 var leasesScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local limit = tonumber(ARGV[4])
