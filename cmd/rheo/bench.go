@@ -26,6 +26,8 @@ type benchSettings struct {
 	FetchLimit int    `json:"fetch_limit"`
 	Consumers  int    `json:"consumers"`
 	Groups     int    `json:"groups"`
+	// Keep is set when the bench stream was left in the store (--keep).
+	Keep bool `json:"keep,omitempty"`
 	// Store is the backend's own description of its settings (SQLite's
 	// synchronous mode, say), when it offers one.
 	Store string `json:"store,omitempty"`
@@ -53,8 +55,9 @@ func (a *app) benchCommand() *cobra.Command {
 --groups idle groups on the stream, default none), then
 consume them with --consumers workers, each looping Fetch(Limit --fetch-limit)
 + AckBatch (frontier and compaction included), and check that lag ends at 0.
-It writes to a fresh stream named bench-…; without --dsn or RHEO_DSN it uses a
-SQLite file in a temporary directory, not ./rheo.db.`,
+It writes to a fresh stream named bench-… and deletes it afterwards (--keep
+leaves it in the store); without --dsn or RHEO_DSN it uses a SQLite file in a
+temporary directory, not ./rheo.db.`,
 		Example: "  rheo bench\n  rheo bench --dsn memory: --events 100000\n  rheo bench --dsn postgres://localhost/test --consumers 4 --partitions 4",
 		Args:    cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
@@ -82,6 +85,16 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 				s.Store = st.Settings()
 			}
 			rates, err := runBench(ctx, c, s)
+			if !s.Keep {
+				// Delete the stream even when the run failed or was
+				// interrupted; a bench stream is of no use afterwards.
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				derr := c.DeleteStream(dctx, s.Stream, rheo.DeleteOptions{Confirm: true})
+				cancel()
+				if derr != nil && !errors.Is(derr, rheo.ErrStreamNotFound) && err == nil {
+					err = fmt.Errorf("bench: deleting stream %s afterwards: %w (delete it with: rheo delete-stream %s --confirm)", s.Stream, derr, s.Stream)
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -89,8 +102,12 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 			if a.jsonOut {
 				return writeJSON(a.stdout, map[string]any{"settings": s, "results": rates})
 			}
-			fmt.Fprintf(a.stdout, "backend %s, stream %s: events %d, partitions %d, append batch %d, fetch limit %d, consumers %d, idle groups %d\n",
-				s.DSN, s.Stream, s.Events, s.Partitions, s.Batch, s.FetchLimit, s.Consumers, s.Groups)
+			kept := ""
+			if s.Keep {
+				kept = " (kept)"
+			}
+			fmt.Fprintf(a.stdout, "backend %s, stream %s%s: events %d, partitions %d, append batch %d, fetch limit %d, consumers %d, idle groups %d\n",
+				s.DSN, s.Stream, kept, s.Events, s.Partitions, s.Batch, s.FetchLimit, s.Consumers, s.Groups)
 			if s.Store != "" {
 				fmt.Fprintf(a.stdout, "store settings: %s\n", s.Store)
 			}
@@ -108,6 +125,7 @@ SQLite file in a temporary directory, not ./rheo.db.`,
 	fs.IntVar(&s.FetchLimit, "fetch-limit", 100, "Limit of each Fetch")
 	fs.IntVar(&s.Consumers, "consumers", 1, "concurrent Fetch+AckBatch loops")
 	fs.IntVar(&s.Groups, "groups", 0, "idle groups on the stream while appending")
+	fs.BoolVar(&s.Keep, "keep", false, "leave the bench stream in the store instead of deleting it")
 	return cmd
 }
 

@@ -639,6 +639,18 @@ func TestBenchOnSQLiteFile(t *testing.T) {
 	for _, r := range rep.Results {
 		require.Equal(t, 200, r.Events, r.Phase)
 	}
+	ctx := context.Background()
+	cl := c.client()
+	streams, err := cl.ListStreams(ctx)
+	require.NoError(t, err)
+	require.Empty(t, streams, "bench deletes its stream afterwards")
+
+	out := c.ok("bench", "--events", "50", "--keep")
+	require.Regexp(t, `(?m)^backend .*, stream bench-\w+ \(kept\): events 50,`, out)
+	streams, err = cl.ListStreams(ctx)
+	require.NoError(t, err)
+	require.Len(t, streams, 1, "--keep leaves the stream")
+	require.Regexp(t, `^bench-\w+$`, streams[0].Name)
 }
 
 func TestBenchWithoutDSNUsesATemporaryFile(t *testing.T) {
