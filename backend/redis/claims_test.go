@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/memory"
 	"github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/clock"
 )
@@ -359,4 +360,79 @@ func TestLeasesWrittenByEarlierVersions(t *testing.T) {
 	lag, err := c.Lag(ctx, "log", "g")
 	require.NoError(t, err)
 	require.Zero(t, lag.Total)
+}
+
+// TestMixedSettleBatch: one settle batch of acks, nacks, rejects, stale
+// leases and wrong receipts, the way the consumer runtime sends them, gives
+// each request its own outcome, reason and delay on Redis exactly as on the
+// memory backend (the script reads nack and reject arguments from a list
+// of their own, in request order).
+func TestMixedSettleBatch(t *testing.T) {
+	rb, _ := newBackend(t)
+	type outcome struct {
+		Codes []string
+		Dead  []string
+		Later []string
+	}
+	run := func(t *testing.T, be rheo.Backend) outcome {
+		clk := clock.NewFrozen(epoch)
+		c := rheo.New(be, rheo.WithClock(clk))
+		ctx := context.Background()
+		require.NoError(t, c.CreateStream(ctx, "mix", rheo.StreamConfig{Partitions: 2}))
+		appendN(t, c, "mix", 2, 8)
+		require.NoError(t, c.CreateGroup(ctx, "mix", "g", rheo.GroupConfig{MaxAttempts: 3}))
+		ls, err := c.Fetch(ctx, "mix", "g", rheo.FetchOptions{Limit: 8, LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, ls, 8)
+		bad := func(l rheo.Lease) rheo.Lease { l.Receipt = "999-0"; return l }
+		stale := func(l rheo.Lease) rheo.Lease { l.ID = "not-the-lease"; return l }
+		reqs := []rheo.SettleRequest{
+			{Kind: rheo.SettleNack, Lease: ls[0], Reason: "n0", AvailableAt: epoch.Add(10 * time.Second)},
+			{Kind: rheo.SettleReject, Lease: ls[1], Reason: "r1"},
+			{Kind: rheo.SettleAck, Lease: bad(ls[2])},
+			{Kind: rheo.SettleReject, Lease: bad(ls[3]), Reason: "never"},
+			{Kind: rheo.SettleNack, Lease: stale(ls[4]), Reason: "never", AvailableAt: epoch},
+			{Kind: rheo.SettleReject, Lease: ls[5], Reason: "r5"},
+			{Kind: rheo.SettleNack, Lease: ls[6], Reason: "n6", AvailableAt: epoch.Add(30 * time.Second)},
+			{Kind: rheo.SettleAck, Lease: ls[2]},
+			{Kind: rheo.SettleReject, Lease: ls[7], Reason: "r7"},
+			{Kind: rheo.SettleAck, Lease: ls[7]},
+		}
+		errs, err := be.Settle(ctx, "mix", "g", reqs, epoch)
+		require.NoError(t, err)
+		var o outcome
+		for _, e := range errs {
+			switch {
+			case e == nil:
+				o.Codes = append(o.Codes, "ok")
+			case errors.Is(e, rheo.ErrReceiptMismatch):
+				o.Codes = append(o.Codes, "receipt")
+			case errors.Is(e, rheo.ErrStaleLease):
+				o.Codes = append(o.Codes, "stale")
+			default:
+				o.Codes = append(o.Codes, e.Error())
+			}
+		}
+		dl, err := c.DeadLetters(ctx, "mix", "g", rheo.DeadLetterOptions{})
+		require.NoError(t, err)
+		for _, d := range dl {
+			o.Dead = append(o.Dead, fmt.Sprintf("%d/%d:%d:%s", d.Partition, d.Sequence, d.Attempts, d.Reason))
+		}
+		// The nacks come back at their own times: ls[0] after 10 s, ls[6]
+		// after 30 s (the leases of ls[3] and ls[4] expire after a minute).
+		for _, d := range []time.Duration{11 * time.Second, 31 * time.Second} {
+			clk.Set(epoch.Add(d))
+			again, err := c.Fetch(ctx, "mix", "g", rheo.FetchOptions{Limit: 8})
+			require.NoError(t, err)
+			for _, l := range again {
+				o.Later = append(o.Later, fmt.Sprintf("%v:%d/%d", d, l.Event.Partition, l.Event.Sequence))
+			}
+		}
+		return o
+	}
+	want := run(t, memory.New())
+	require.Equal(t, []string{"ok", "ok", "receipt", "receipt", "stale", "ok", "ok", "ok", "ok", "stale"}, want.Codes)
+	require.Len(t, want.Dead, 3)
+	require.Len(t, want.Later, 2)
+	require.Equal(t, want, run(t, rb))
 }

@@ -300,8 +300,10 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	for i := range k {
 		args = append(args, r.Partitions[(off+i)%k])
 	}
-	for range r.Limit {
-		args = append(args, r.NewLeaseID())
+	leaseIDs := make([]string, r.Limit)
+	for i := range leaseIDs {
+		leaseIDs[i] = r.NewLeaseID()
+		args = append(args, leaseIDs[i])
 	}
 	args = append(args, r.ConsumerID)
 	v, err := b.run(ctx, fetchScript, base, args...)
@@ -311,24 +313,63 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		}
 		return nil, b.writeErr(err, "fetch from group %q of stream %q", r.Group, r.Stream)
 	}
+	malformed := func(err error) error {
+		if err == nil {
+			return rheo.Errorf(rheo.ErrAmbiguous, "redis: fetch from group %q of stream %q: malformed reply", r.Group, r.Stream)
+		}
+		return rheo.Wrap(rheo.ErrAmbiguous, err, "redis: fetch from group %q of stream %q", r.Group, r.Stream)
+	}
 	flat, _ := v.([]any)
 	leasedAt, expiresAt := fromMicros(now), fromMicros(exp)
-	out := make([]rheo.Lease, 0, len(flat)/5)
-	for i := 0; i+4 < len(flat); i += 5 {
-		p, err1 := toInt(flat[i])
-		seq, err2 := toInt(flat[i+1])
-		att, err3 := toInt(flat[i+3])
-		if err1 != nil || err2 != nil || err3 != nil {
-			return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: fetch from group %q of stream %q: malformed reply", r.Group, r.Stream)
-		}
-		e, err := decodeEvent(r.Stream, int(p), seq, flat[i+4])
+	out := make([]rheo.Lease, 0, r.Limit)
+	lease := func(p int, seq int64, id string, att int64, fields any) error {
+		e, err := decodeEvent(r.Stream, p, seq, fields)
 		if err != nil {
-			return nil, rheo.Wrap(rheo.ErrAmbiguous, err, "redis: fetch from group %q of stream %q", r.Group, r.Stream)
+			return malformed(err)
 		}
 		out = append(out, rheo.Lease{
-			ID: toStr(flat[i+2]), Receipt: entryID(seq), Stream: r.Stream, Group: r.Group,
+			ID: id, Receipt: entryID(seq), Stream: r.Stream, Group: r.Group,
 			ConsumerID: r.ConsumerID, Attempt: int(att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
 		})
+		return nil
+	}
+	// Runs of claims per partition (see fetchScript): fresh entries as the
+	// stream returned them, leased with the lease IDs from index first on,
+	// or rows of deliveries claimed again.
+	for i := 0; i+2 < len(flat); i += 3 {
+		p, err1 := toInt(flat[i])
+		first, err2 := toInt(flat[i+1])
+		data, ok := flat[i+2].([]any)
+		if err1 != nil || err2 != nil || !ok || first < 0 || (first > 0 && first-1+int64(len(data)) > int64(len(leaseIDs))) {
+			return nil, malformed(nil)
+		}
+		if first == 0 {
+			for j := 0; j+3 < len(data); j += 4 {
+				seq, err1 := toInt(data[j])
+				att, err2 := toInt(data[j+2])
+				if err1 != nil || err2 != nil {
+					return nil, malformed(nil)
+				}
+				if err := lease(int(p), seq, toStr(data[j+1]), att, data[j+3]); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		for j, x := range data {
+			ent, _ := x.([]any)
+			if len(ent) != 2 {
+				return nil, malformed(nil)
+			}
+			id, _, _ := strings.Cut(toStr(ent[0]), "-")
+			seq, err := strconv.ParseInt(id, 10, 64)
+			if err != nil {
+				return nil, malformed(nil)
+			}
+			if err := lease(int(p), seq, leaseIDs[int(first)-1+j], 1, ent[1]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	slices.SortFunc(out, func(a, b rheo.Lease) int {
 		if c := cmp.Compare(a.Event.Partition, b.Event.Partition); c != 0 {
@@ -371,16 +412,25 @@ var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNac
 // Settle implements rheo.Backend: the whole batch is one script.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
 	base := b.streamBase(stream)
-	args := make([]any, 0, 4+8*len(reqs))
+	args := make([]any, 0, 4+6*len(reqs))
 	args = append(args, groupBase(base, group), group, micros(now), len(reqs))
+	var extra []any
 	for _, r := range reqs {
 		kind, ok := settleKinds[r.Kind]
 		if !ok {
 			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
 		}
-		args = append(args, kind, r.Lease.Event.Partition, r.Lease.Event.Sequence, r.Lease.ID, r.Lease.Receipt,
-			r.AvailableAt.UnixMicro(), r.Reason, r.Lease.Event.ID)
+		switch {
+		case r.Lease.Receipt != entryID(r.Lease.Event.Sequence):
+			kind = "x" // refused with ErrReceiptMismatch unless the lease is stale
+		case r.Kind == rheo.SettleNack:
+			extra = append(extra, r.AvailableAt.UnixMicro(), r.Reason)
+		case r.Kind == rheo.SettleReject:
+			extra = append(extra, r.Reason)
+		}
+		args = append(args, kind, r.Lease.Event.Partition, r.Lease.Event.Sequence, r.Lease.ID, r.Lease.Event.ID)
 	}
+	args = append(args, extra...)
 	v, err := b.run(ctx, settleScript, base, args...)
 	if err != nil {
 		if nf := notFound(err, stream, group); nf != nil {

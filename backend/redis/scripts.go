@@ -311,8 +311,13 @@ return 1
 
 // fetch: ARGV[4] now (µs), ARGV[5] expires (µs), ARGV[6] limit, ARGV[7]
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
-// limit fresh lease IDs, then the consumer ID. Returns flat rows of 5:
-// partition, seq, lease ID, attempt, entry fields.
+// limit fresh lease IDs, then the consumer ID. Returns flat triples, one
+// per run of claims from one partition: partition, then either the index
+// (1-based) of the first fresh lease ID the run used and the stream entries
+// as XREADGROUP returned them (events not offered before: attempt 1, lease
+// IDs in entry order), or 0 and flat rows of 4 (seq, lease ID, attempt,
+// entry fields) for deliveries claimed again. Handing the entries back as
+// they came spares the interpreter a row per event.
 //
 // A lease is the field of its sequence in l:<p>, valued "<lease ID>:<attempt>
 // :<claimed at (µs)>:<consumer ID>" (one write per claim; what ListLeases
@@ -333,6 +338,7 @@ local idbase = 7 + k
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
 local out = {}
+local nout = 0
 local due = {}
 local newdone = {}
 -- scan_due lists every due delivery of partition p (available with any
@@ -410,37 +416,43 @@ local function take(p, want)
     end
     bulk({'HSET', lkey}, hset, 1000)
     bulk({'ZADD', dkey}, zadd, 1000)
+    local red = {}
     for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
       for _, ent in ipairs(r) do
         local row = rows[ent[1]]
         if row then
-          out[#out + 1] = p; out[#out + 1] = row[1]; out[#out + 1] = row[2]; out[#out + 1] = row[3]
-          out[#out + 1] = ent[2]
+          red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = ent[2]
         end
       end
+    end
+    if #red > 0 then
+      out[nout + 1] = p; out[nout + 2] = 0; out[nout + 3] = red
+      nout = nout + 3
     end
   end
   -- Events not offered yet.
   if got < want and not newdone[p] then
     local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'STREAMS', sk, '>')
     local ents = (r and r[1] and r[1][2]) or {}
-    if #ents < want - got then newdone[p] = true end
-    local hset, zadd = {}, {}
-    for _, ent in ipairs(ents) do
-      local ss = string.match(ent[1], '^(%d+)')
-      used = used + 1
-      local id = ARGV[idbase + used]
-      hset[#hset + 1] = ss
-      hset[#hset + 1] = id .. ':1' .. claimed
-      zadd[#zadd + 1] = exp
-      zadd[#zadd + 1] = ss
-      out[#out + 1] = p; out[#out + 1] = tonumber(ss); out[#out + 1] = id; out[#out + 1] = 1
-      out[#out + 1] = ent[2]
-      got = got + 1
-    end
-    if #hset > 0 then
+    local n = #ents
+    if n < want - got then newdone[p] = true end
+    if n > 0 then
+      local hset, zadd, nh = {}, {}, 0
+      local first = used + 1
+      for x = 1, n do
+        local ss = string.match(ents[x][1], '^(%d+)')
+        used = used + 1
+        hset[nh + 1] = ss
+        hset[nh + 2] = ARGV[idbase + used] .. ':1' .. claimed
+        zadd[nh + 1] = exp
+        zadd[nh + 2] = ss
+        nh = nh + 2
+      end
       bulk({'HSET', lkey}, hset, 1000)
       bulk({'ZADD', dkey}, zadd, 1000)
+      out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = ents
+      nout = nout + 3
+      got = got + n
     end
   end
   return got
@@ -471,11 +483,15 @@ flush_frontier()
 return out
 `)
 
-// settle: ARGV[4] now, ARGV[5] n, then 8 fields per request: kind (a, n,
-// r), partition, seq, lease ID, receipt, available-at (µs), reason, event
-// ID. A lease settles only if its lease ID is current and its event ID is
-// the event stored at its position (fencing on both, like every backend).
-// Returns one code per request: 0 settled, 1 stale lease, 2 receipt mismatch.
+// settle: ARGV[4] now, ARGV[5] n, then 5 fields per request: kind (a, n,
+// r; x for a request whose receipt is not its position's entry ID, which
+// the client checks), partition, seq, lease ID, event ID; then, in request
+// order, available-at (µs) and reason of each nack and the reason of each
+// reject (an ack, the usual request, carries no more than it needs). A
+// lease settles only if its lease ID is current and its event ID is the
+// event stored at its position (fencing on both, like every backend).
+// Returns one code per request: 0 settled, 1 stale lease, 2 receipt
+// mismatch (after the fence, as on every backend).
 var settleScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = ARGV[4]
@@ -485,12 +501,12 @@ local n = tonumber(ARGV[5])
 -- script writes, so that a lease named twice in the batch is settled once.
 local seqs, eids = {}, {}
 for i = 1, n do
-  local o = 5 + (i - 1) * 8
+  local o = 5 + (i - 1) * 5
   local p = ARGV[o + 2]
   local l = seqs[p]
   if l == nil then l = {}; seqs[p] = l end
   l[#l + 1] = ARGV[o + 3]
-  eids[i] = ARGV[o + 8]
+  eids[i] = ARGV[o + 5]
 end
 local lv = {}
 for p, l in pairs(seqs) do
@@ -501,16 +517,25 @@ local at = mget(base .. 'ids', eids)
 local res = {}
 local rm = {}
 local woke = false
+local ex = 6 + n * 5
 for i = 1, n do
-  local o = 5 + (i - 1) * 8
-  local kind, p, ss, lid, receipt = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local o = 5 + (i - 1) * 5
+  local kind, p, ss, lid = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
+  local avail, reason
+  if kind == 'n' then
+    avail, reason = ARGV[ex], ARGV[ex + 1]
+    ex = ex + 2
+  elseif kind == 'r' then
+    reason = ARGV[ex]
+    ex = ex + 1
+  end
   local key = p .. ':' .. ss
   local v = lv[key]
   local cur, att
   if v then cur, att = string.match(v, '^([^:]*):(%d+)') end
   if not v or cur == '' or cur ~= lid or at[i] ~= key then
     res[i] = 1
-  elseif receipt ~= ss .. '-0' then
+  elseif kind == 'x' then
     res[i] = 2
   else
     res[i] = 0
@@ -519,7 +544,7 @@ for i = 1, n do
     if kind == 'n' and att < maxA then
       lv[key] = ':' .. fmt(att)
       redis.call('HSET', gb .. 'l:' .. p, ss, lv[key])
-      redis.call('ZADD', gb .. 'd:' .. p, ARGV[o + 6], ss)
+      redis.call('ZADD', gb .. 'd:' .. p, avail, ss)
       woke = true
     else
       lv[key] = false
@@ -529,9 +554,9 @@ for i = 1, n do
       if kind == 'a' then
         mark_terminal(p, seq)
       elseif kind == 'r' then
-        dead(p, seq, att, ARGV[o + 7], now)
+        dead(p, seq, att, reason, now)
       else
-        dead(p, seq, att, 'max_attempts: ' .. ARGV[o + 7], now)
+        dead(p, seq, att, 'max_attempts: ' .. reason, now)
       end
     end
   end
