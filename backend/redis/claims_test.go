@@ -33,20 +33,30 @@ func appendN(t testing.TB, c *rheo.Client, stream string, parts, n int) {
 	}
 }
 
+// leased sets up a stream of n events over parts partitions with one group
+// (maxAttempts) on be, under a clock frozen at epoch, and fetches all n as
+// consumer with the given lease duration.
+func leased(t *testing.T, be rheo.Backend, stream, group string, parts, n, maxAttempts int, lease time.Duration, consumer string) (*rheo.Client, *clock.Frozen, []rheo.Lease) {
+	t.Helper()
+	clk := clock.NewFrozen(epoch)
+	c := rheo.New(be, rheo.WithClock(clk))
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: parts}))
+	appendN(t, c, stream, parts, n)
+	require.NoError(t, c.CreateGroup(ctx, stream, group, rheo.GroupConfig{MaxAttempts: maxAttempts}))
+	ls, err := c.Fetch(ctx, stream, group, rheo.FetchOptions{Limit: n, LeaseDuration: lease, ConsumerID: consumer})
+	require.NoError(t, err)
+	require.Len(t, ls, n)
+	return c, clk, ls
+}
+
 // TestReceiptTampering: the receipt is the Redis entry ID; any other value
 // is ErrReceiptMismatch for settles and renewals, checked after the fencing
 // token, and the genuine lease still settles afterwards.
 func TestReceiptTampering(t *testing.T) {
 	b, _ := newBackend(t)
-	clk := clock.NewFrozen(epoch)
-	c := rheo.New(b, rheo.WithClock(clk))
+	c, clk, ls := leased(t, b, "orders", "billing", 2, 4, 3, time.Second, "")
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "orders", rheo.StreamConfig{Partitions: 2}))
-	appendN(t, c, "orders", 2, 4)
-	require.NoError(t, c.CreateGroup(ctx, "orders", "billing", rheo.GroupConfig{MaxAttempts: 3}))
-	ls, err := c.Fetch(ctx, "orders", "billing", rheo.FetchOptions{Limit: 4, LeaseDuration: time.Second})
-	require.NoError(t, err)
-	require.Len(t, ls, 4)
 	for _, l := range ls {
 		require.NotEqual(t, l.ID, l.Receipt, "the receipt is the entry ID, not the fencing token")
 		require.Equal(t, fmt.Sprintf("%d-0", l.Event.Sequence), l.Receipt)
@@ -304,15 +314,8 @@ func TestOpenDSN(t *testing.T) {
 // removes its claim record.
 func TestLeasesWrittenByEarlierVersions(t *testing.T) {
 	b, rc := newBackend(t)
-	clk := clock.NewFrozen(epoch)
-	c := rheo.New(b, rheo.WithClock(clk))
+	c, clk, ls := leased(t, b, "log", "g", 1, 3, 5, time.Minute, "new-worker")
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "log", rheo.StreamConfig{Partitions: 1}))
-	appendN(t, c, "log", 1, 3)
-	require.NoError(t, c.CreateGroup(ctx, "log", "g", rheo.GroupConfig{MaxAttempts: 5}))
-	ls, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 3, ConsumerID: "new-worker", LeaseDuration: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, ls, 3)
 	gb := b.KeyPrefix() + "{log}:g:g:"
 	require.Zero(t, rc.Exists(ctx, gb+"c:0").Val(), "a claim writes no claim record")
 
@@ -375,15 +378,8 @@ func TestMixedSettleBatch(t *testing.T) {
 		Later []string
 	}
 	run := func(t *testing.T, be rheo.Backend) outcome {
-		clk := clock.NewFrozen(epoch)
-		c := rheo.New(be, rheo.WithClock(clk))
+		c, clk, ls := leased(t, be, "mix", "g", 2, 8, 3, time.Minute, "")
 		ctx := context.Background()
-		require.NoError(t, c.CreateStream(ctx, "mix", rheo.StreamConfig{Partitions: 2}))
-		appendN(t, c, "mix", 2, 8)
-		require.NoError(t, c.CreateGroup(ctx, "mix", "g", rheo.GroupConfig{MaxAttempts: 3}))
-		ls, err := c.Fetch(ctx, "mix", "g", rheo.FetchOptions{Limit: 8, LeaseDuration: time.Minute})
-		require.NoError(t, err)
-		require.Len(t, ls, 8)
 		bad := func(l rheo.Lease) rheo.Lease { l.Receipt = "999-0"; return l }
 		stale := func(l rheo.Lease) rheo.Lease { l.ID = "not-the-lease"; return l }
 		reqs := []rheo.SettleRequest{
