@@ -110,8 +110,11 @@ func StartCluster(t testing.TB, extra ...string) *Cluster {
 
 func (c *Cluster) start(n *ClusterNode, extra ...string) {
 	c.t.Helper()
+	// Node timeout 3 s: at 1.5 s a node starved of CPU on a loaded 2-core
+	// machine could be taken for dead, and the cluster failed a primary
+	// over by itself in the middle of a test.
 	args := append([]string{"--port", strconv.Itoa(n.Port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1500", "--save", "", "--appendonly", "no",
+		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000", "--save", "", "--appendonly", "no",
 		"--dir", n.dir, "--logfile", "redis.log"}, extra...)
 	n.cmd = exec.Command(c.bin, args...)
 	if err := n.cmd.Start(); err != nil {
