@@ -130,11 +130,7 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 	// itself (a node missing its node timeout) or a replica may be
 	// resyncing: wait until every replica's link is up again, and fault
 	// whichever node serves the stream then.
-	deadline := time.Now().Add(60 * time.Second)
-	for !cl.Healthy(3) {
-		require.True(t, time.Now().Before(deadline), "the cluster did not settle before the fault")
-		time.Sleep(100 * time.Millisecond)
-	}
+	cl.WaitHealthy(3)
 	cc.ReloadState(ctx)
 	if p := cl.PrimaryOf(t, cc, prefix+"{"+stream+"}:meta"); p != primary {
 		t.Logf("the cluster failed the stream's primary over by itself before the fault; faulting the new one")

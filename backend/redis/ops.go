@@ -361,8 +361,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 			if len(ent) != 2 {
 				return nil, malformed(nil)
 			}
-			id, _, _ := strings.Cut(toStr(ent[0]), "-")
-			seq, err := strconv.ParseInt(id, 10, 64)
+			seq, err := entrySeq(toStr(ent[0]))
 			if err != nil {
 				return nil, malformed(nil)
 			}
