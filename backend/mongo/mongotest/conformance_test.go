@@ -50,9 +50,11 @@ func TestMain(m *testing.M) {
 // open returns a fresh, migrated backend on a database of its own.
 func open(t testing.TB, opts ...rmongo.Option) *rmongo.Backend {
 	t.Helper()
-	b, err := rmongo.New(client, srv.Database(t, client), opts...)
+	db := srv.Database(t, client)
+	b, err := rmongo.New(client, db, opts...)
 	require.NoError(t, err)
 	require.NoError(t, b.Migrate(context.Background()))
+	require.NoError(t, srv.IndexIDs(context.Background(), db))
 	t.Cleanup(func() { b.Close() })
 	return b
 }

@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
+	"github.com/jackc/pgx/v5"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -24,6 +26,8 @@ type Server struct {
 	// URI is the server's mongodb:// URI, without a database.
 	URI  string
 	stop func()
+	// pg is the PostgreSQL URL under FerretDB's PostgreSQL handler.
+	pg string
 }
 
 // Close stops an embedded server (a no-op for RHEO_TEST_MONGO).
@@ -47,7 +51,21 @@ func Start(dir string) (*Server, error) {
 		SQLiteURL: "file:" + dir + "/?_pragma=synchronous(OFF)",
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	if pg := os.Getenv("RHEO_FERRETDB_POSTGRES"); pg != "" {
+	pg := os.Getenv("RHEO_FERRETDB_POSTGRES")
+	if pg != "" {
+		u, err := url.Parse(pg)
+		if err != nil {
+			return nil, fmt.Errorf("RHEO_FERRETDB_POSTGRES: %w", err)
+		}
+		// FerretDB's lookups by _id are served by the GIN index IndexIDs
+		// adds only when planned with the _id key as a constant (a
+		// prepared statement's generic plan has it as a parameter), and
+		// even on a table whose statistics are not yet gathered.
+		q := u.Query()
+		q.Set("plan_cache_mode", "force_custom_plan")
+		q.Set("enable_seqscan", "off")
+		u.RawQuery = q.Encode()
+		pg = u.String()
 		cfg.Handler, cfg.SQLiteURL, cfg.PostgreSQLURL = "postgresql", "", pg
 	}
 	f, err := ferretdb.New(cfg)
@@ -74,7 +92,42 @@ func Start(dir string) (*Server, error) {
 		<-done
 		return nil, fmt.Errorf("FerretDB at %s does not answer: %w", uri, err)
 	}
-	return &Server{URI: uri, stop: func() { cancel(); <-done }}, nil
+	return &Server{URI: uri, stop: func() { cancel(); <-done }, pg: pg}, nil
+}
+
+// IndexIDs makes FerretDB's PostgreSQL handler serve a find by _id from an
+// index, as MongoDB's _id index does: that handler filters _id with the
+// jsonb containment operator @>, which its own btree index on _id cannot
+// serve, so every point lookup would scan the collection. It adds a GIN
+// index on _id to every table of the database's schema, without a pending
+// list (fastupdate, which every lookup would scan through). With the SQLite
+// handler or a real MongoDB it does nothing.
+func (s *Server) IndexIDs(ctx context.Context, database string) error {
+	if s.pg == "" {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, s.pg)
+	if err != nil {
+		return fmt.Errorf("connect to FerretDB's PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = $1 AND table_name NOT LIKE '\_ferretdb\_%'`, database)
+	if err != nil {
+		return err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin ((_jsonb->'_id') jsonb_path_ops) WITH (fastupdate = off)`,
+			pgx.Identifier{t + "_id_gin"}.Sanitize(), pgx.Identifier{database, t}.Sanitize())
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("index _id of %s.%s: %w", database, t, err)
+		}
+	}
+	return nil
 }
 
 var dbSeq atomic.Int64

@@ -6,6 +6,7 @@ replace github.com/rheo-go/rheo => ../../..
 
 require (
 	github.com/FerretDB/FerretDB v1.24.2
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rheo-go/rheo v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.mongodb.org/mongo-driver/v2 v2.10.0
@@ -30,7 +31,6 @@ require (
 	github.com/jackc/pgerrcode v0.0.0-20240316143900-6e2875d9b438 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect

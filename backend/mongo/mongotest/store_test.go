@@ -200,16 +200,19 @@ func (h *hotPathFilters) take() ([]bson.Raw, []string) {
 // TestHotPathsUseOnlyIDLookups: Fetch, Settle, Renew and Lag send no query
 // but point lookups {_id: <string>} (and inserts), so none can scan a
 // collection; and the server answers that shape from its _id index
-// (FerretDB: filter pushed down to the primary key; MongoDB: IDHACK).
+// (FerretDB: filter pushed down; under its PostgreSQL handler, an index
+// scan; MongoDB: no COLLSCAN).
 func TestHotPathsUseOnlyIDLookups(t *testing.T) {
 	ctx := context.Background()
 	rec := &hotPathFilters{}
 	mc, err := mongo.Connect(options.Client().ApplyURI(srv.URI).SetMonitor(&event.CommandMonitor{Started: rec.started}))
 	require.NoError(t, err)
 	defer mc.Disconnect(ctx)
-	b, err := rmongo.New(mc, srv.Database(t, client))
+	db := srv.Database(t, client)
+	b, err := rmongo.New(mc, db)
 	require.NoError(t, err)
 	require.NoError(t, b.Migrate(ctx))
+	require.NoError(t, srv.IndexIDs(ctx, db))
 	clk := clock.NewFrozen(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := rheo.New(b, rheo.WithClock(clk))
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 2}))
@@ -247,10 +250,14 @@ func TestHotPathsUseOnlyIDLookups(t *testing.T) {
 	require.NoError(t, b.Database().RunCommand(ctx, bson.D{
 		{Key: "explain", Value: bson.D{{Key: "find", Value: "rheo_states"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: "x"}}}}},
 	}).Decode(&res))
+	plan := fmt.Sprint(res["queryPlanner"])
 	if pd, ok := res["filterPushdown"]; ok { // FerretDB
 		require.Equal(t, true, pd, "FerretDB pushes an _id filter down: %v", res)
+		if srv.pg != "" { // its PostgreSQL handler, with the index IndexIDs adds
+			require.NotContains(t, plan, "Seq Scan", plan)
+			require.Contains(t, plan, "Index Scan", plan)
+		}
 	} else { // MongoDB
-		plan := fmt.Sprint(res["queryPlanner"])
 		require.NotContains(t, plan, "COLLSCAN", plan)
 	}
 }
