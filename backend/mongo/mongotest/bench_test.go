@@ -22,7 +22,7 @@ func bigEvents() int {
 	if v, err := strconv.Atoi(os.Getenv("RHEO_MONGO_BENCH_BIG")); err == nil && v > 0 {
 		return v
 	}
-	if srv.pg == "" && os.Getenv("RHEO_TEST_MONGO") == "" {
+	if srv.pg == nil && os.Getenv("RHEO_TEST_MONGO") == "" {
 		return 20_000
 	}
 	return 1_000_000

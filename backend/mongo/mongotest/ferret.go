@@ -17,6 +17,7 @@ import (
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -26,8 +27,9 @@ type Server struct {
 	// URI is the server's mongodb:// URI, without a database.
 	URI  string
 	stop func()
-	// pg is the PostgreSQL URL under FerretDB's PostgreSQL handler.
-	pg string
+	// pg reaches the PostgreSQL under FerretDB's PostgreSQL handler (nil
+	// under its SQLite handler or a real MongoDB).
+	pg *pgxpool.Pool
 }
 
 // Close stops an embedded server (a no-op for RHEO_TEST_MONGO).
@@ -92,7 +94,15 @@ func Start(dir string) (*Server, error) {
 		<-done
 		return nil, fmt.Errorf("FerretDB at %s does not answer: %w", uri, err)
 	}
-	return &Server{URI: uri, stop: func() { cancel(); <-done }, pg: pg}, nil
+	s := &Server{URI: uri, stop: func() { cancel(); <-done }}
+	if pg != "" {
+		if s.pg, err = pgxpool.New(context.Background(), pg); err != nil {
+			s.stop()
+			return nil, fmt.Errorf("RHEO_FERRETDB_POSTGRES: %w", err)
+		}
+		s.stop = func() { s.pg.Close(); cancel(); <-done }
+	}
+	return s, nil
 }
 
 // IndexIDs makes FerretDB's PostgreSQL handler serve a find by _id from an
@@ -103,15 +113,10 @@ func Start(dir string) (*Server, error) {
 // list (fastupdate, which every lookup would scan through). With the SQLite
 // handler or a real MongoDB it does nothing.
 func (s *Server) IndexIDs(ctx context.Context, database string) error {
-	if s.pg == "" {
+	if s.pg == nil {
 		return nil
 	}
-	conn, err := pgx.Connect(ctx, s.pg)
-	if err != nil {
-		return fmt.Errorf("connect to FerretDB's PostgreSQL: %w", err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT table_name FROM information_schema.tables
+	rows, err := s.pg.Query(ctx, `SELECT table_name FROM information_schema.tables
 		WHERE table_schema = $1 AND table_name NOT LIKE '\_ferretdb\_%'`, database)
 	if err != nil {
 		return err
@@ -123,7 +128,7 @@ func (s *Server) IndexIDs(ctx context.Context, database string) error {
 	for _, t := range tables {
 		q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin ((_jsonb->'_id') jsonb_path_ops) WITH (fastupdate = off)`,
 			pgx.Identifier{t + "_id_gin"}.Sanitize(), pgx.Identifier{database, t}.Sanitize())
-		if _, err := conn.Exec(ctx, q); err != nil {
+		if _, err := s.pg.Exec(ctx, q); err != nil {
 			return fmt.Errorf("index _id of %s.%s: %w", database, t, err)
 		}
 	}

@@ -253,7 +253,7 @@ func TestHotPathsUseOnlyIDLookups(t *testing.T) {
 	plan := fmt.Sprint(res["queryPlanner"])
 	if pd, ok := res["filterPushdown"]; ok { // FerretDB
 		require.Equal(t, true, pd, "FerretDB pushes an _id filter down: %v", res)
-		if srv.pg != "" { // its PostgreSQL handler, with the index IndexIDs adds
+		if srv.pg != nil { // its PostgreSQL handler, with the index IndexIDs adds
 			require.NotContains(t, plan, "Seq Scan", plan)
 			require.Contains(t, plan, "Index Scan", plan)
 		}
