@@ -19,12 +19,19 @@ const poisonReason = "max_attempts: lease expired"
 // partitions, and empty on the retry), dead-letters every expired lease at
 // the attempt limit in those partitions (R6; poison never takes a claim's
 // place), takes up to Limit other claimable deliveries per partition with
-// FOR UPDATE SKIP LOCKED (two fetchers never claim one row), adds up to
-// Limit events per partition past the cursor, and shares Limit across the
+// FOR UPDATE SKIP LOCKED (two fetchers never claim one row), adds events
+// past the cursor, and shares Limit across the
 // partitions the way every backend does: in a rotating order, each
 // partition first gets up to its quota (Limit / partitions, rounded up),
 // then what is left goes to each partition in turn, as much as it has —
-// strict sequence order inside each. Then it leases the kept rows, inserts
+// strict sequence order inside each. Events past the cursor are read a
+// quota per partition first (fresh1): when every partition then has its
+// quota, the shares are exactly the quotas and nothing more is read (the
+// usual case with a backlog: Limit events read, not Limit per partition);
+// otherwise up to Limit per partition are read, as the shares may need.
+// Offered deliveries always precede events past the cursor in sequence
+// order, so the first rows of a partition are the same either way. Then it
+// leases the kept rows, inserts
 // the fresh ones already leased, advances the cursors and returns the
 // leases with their events.
 //
@@ -61,13 +68,31 @@ old AS (
 		FOR UPDATE SKIP LOCKED
 	) d
 ),
+fresh1 AS (
+	SELECT e.part, e.seq, e.id
+	FROM gp CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.id FROM {S}rheo_events x
+		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
+		ORDER BY x.seq LIMIT ($4 + cardinality($3::int[]) - 1) / cardinality($3::int[])
+	) e
+),
+enough AS (
+	SELECT bool_and(coalesce(c.n, 0) >= ($4 + cardinality($3::int[]) - 1) / cardinality($3::int[])) AS ok
+	FROM unnest($3::int[]) AS p(part)
+	LEFT JOIN (
+		SELECT part, count(*) AS n FROM (SELECT part FROM old UNION ALL SELECT part FROM fresh1) u GROUP BY part
+	) c ON c.part = p.part
+),
 fresh AS (
+	SELECT part, seq, id FROM fresh1 WHERE (SELECT ok FROM enough)
+	UNION ALL
 	SELECT e.part, e.seq, e.id
 	FROM gp CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.id FROM {S}rheo_events x
 		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
 		ORDER BY x.seq LIMIT $4
 	) e
+	WHERE NOT (SELECT ok FROM enough)
 ),
 cand AS (
 	SELECT c.*, row_number() OVER (PARTITION BY c.part ORDER BY c.seq) AS rn
