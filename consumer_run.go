@@ -182,7 +182,7 @@ func (r *run) fetchLoop(ctx context.Context) error {
 	opts := FetchOptions{ConsumerID: r.cfg.ConsumerID, LeaseDuration: r.cfg.LeaseDuration, Partitions: r.cfg.Partitions}
 	var backoff time.Duration
 	for ctx.Err() == nil && !r.draining() {
-		size, minFetch := r.cfg.MaxInflight, 1
+		size, minFetch := r.cfg.MaxInflight, refillMin(r.cfg.MaxInflight)
 		if r.win != nil {
 			size, minFetch = r.win.limits()
 		}

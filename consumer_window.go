@@ -71,12 +71,17 @@ func (w *window) resize() {
 }
 
 // limits returns the window's size and the smallest fetch worth making
-// while the handlers still have queued work: a quarter of the window, so
-// that a deep window is refilled in a few large fetches rather than one
-// lease at a time as slots free up.
+// while the handlers still have queued work (refillMin).
 func (w *window) limits() (size, minFetch int) {
 	w.mu.Lock()
 	size = w.size
 	w.mu.Unlock()
-	return size, max(1, size/4)
+	return size, refillMin(size)
 }
+
+// refillMin is the smallest fetch worth making into a window of size
+// leases while the handlers still have queued work: a quarter of it, so
+// that a deep window is refilled in a few large fetches rather than one
+// lease at a time as slots free up (each fetch is a round trip, and on
+// Redis a script call on the server's one thread).
+func refillMin(size int) int { return max(1, size/4) }
