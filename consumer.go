@@ -44,7 +44,9 @@ type ConsumerConfig struct {
 	// for a fetch or a settle (at most DefaultMaxInflight(Concurrency)).
 	// Fast handlers get a deep window and fetches of about a quarter of it;
 	// slow handlers get barely more than Concurrency, so the consumer never
-	// sits on work that other workers of the group could take.
+	// sits on work that other workers of the group could take. A window
+	// set here is refilled the same way: while handlers have queued work,
+	// the consumer waits until a quarter of it is free before it fetches.
 	MaxInflight int
 	// LeaseDuration is the lease the consumer asks for (default the client's
 	// WithLeaseDuration, 30s). Leases are renewed every half lease while
