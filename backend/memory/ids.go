@@ -52,32 +52,46 @@ func (x *idIndex) find(k uuidKey) int {
 	return -1
 }
 
-func (x *idIndex) get(id string) (uint64, bool) {
-	k, ok := parseUUID(id)
-	if !ok {
-		v, ok := x.other[id]
+// idKey is an ID as the index keys it: by its 16 bytes when canonical.
+type idKey struct {
+	u         uuidKey
+	canonical bool
+	s         string
+}
+
+func keyOf(id string) idKey {
+	u, ok := parseUUID(id)
+	return idKey{u, ok, id}
+}
+
+func (x *idIndex) get(id string) (uint64, bool) { return x.getKey(keyOf(id)) }
+
+func (x *idIndex) getKey(k idKey) (uint64, bool) {
+	if !k.canonical {
+		v, ok := x.other[k.s]
 		return v, ok
 	}
-	if i := x.find(k); i >= 0 {
+	if i := x.find(k.u); i >= 0 {
 		return x.run[i].pos, true
 	}
 	if len(x.uuids) == 0 {
 		return 0, false
 	}
-	v, ok := x.uuids[k]
+	v, ok := x.uuids[k.u]
 	return v, ok
 }
 
 // put records id at v; id must not be in the index.
-func (x *idIndex) put(id string, v uint64) {
-	k, ok := parseUUID(id)
+func (x *idIndex) put(id string, v uint64) { x.putKey(keyOf(id), v) }
+
+func (x *idIndex) putKey(k idKey, v uint64) {
 	switch {
-	case !ok:
-		x.other[id] = v
-	case len(x.run) == 0 || x.run[len(x.run)-1].key.less(k):
-		x.run = append(x.run, uuidEntry{k, v})
+	case !k.canonical:
+		x.other[k.s] = v
+	case len(x.run) == 0 || x.run[len(x.run)-1].key.less(k.u):
+		x.run = append(x.run, uuidEntry{k.u, v})
 	default:
-		x.uuids[k] = v
+		x.uuids[k.u] = v
 	}
 }
 
@@ -122,31 +136,29 @@ func parseUUID(s string) (k uuidKey, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return k, false
 	}
-	for j, i := range uuidHexAt {
-		hi, lo := unhex(s[i]), unhex(s[i+1])
-		if hi > 15 || lo > 15 {
-			return k, false
-		}
-		b := uint64(hi<<4 | lo)
-		if j < 8 {
-			k.hi |= b << (8 * (7 - j))
-		} else {
-			k.lo |= b << (8 * (15 - j))
-		}
+	var bad byte // any byte that is not a hex digit sets its high bits
+	b := func(i int) uint64 {
+		hi, lo := unhex[s[i]], unhex[s[i+1]]
+		bad |= hi | lo
+		return uint64(hi)<<4 | uint64(lo)
 	}
-	return k, true
+	k.hi = b(0)<<56 | b(2)<<48 | b(4)<<40 | b(6)<<32 | b(9)<<24 | b(11)<<16 | b(14)<<8 | b(16)
+	k.lo = b(19)<<56 | b(21)<<48 | b(24)<<40 | b(26)<<32 | b(28)<<24 | b(30)<<16 | b(32)<<8 | b(34)
+	return k, bad <= 15
 }
 
-// uuidHexAt are where the 16 bytes of a UUID string start.
-var uuidHexAt = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
-
-// unhex returns the value of a lower-case hex digit, or 255.
-func unhex(c byte) byte {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0'
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10
+// unhex holds the value of each lower-case hex digit, and 255 for every
+// other byte.
+var unhex = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case '0' <= c && c <= '9':
+			t[c] = byte(c - '0')
+		case 'a' <= c && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = 255
+		}
 	}
-	return 255
-}
+	return t
+}()

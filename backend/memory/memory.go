@@ -56,10 +56,12 @@ type pos struct {
 // store small: partitions fit in 16 bits (at most 1024), sequences in 48.
 func packPos(p int, seq int64) uint64 { return uint64(p)<<48 | uint64(seq) }
 
+func unpackPos(v uint64) pos { return pos{int(v >> 48), int64(v & (1<<48 - 1))} }
+
 // lookup returns the position of the event with the given ID.
 func (s *stream) lookup(id string) (pos, bool) {
 	v, ok := s.ids.get(id)
-	return pos{int(v >> 48), int64(v & (1<<48 - 1))}, ok
+	return unpackPos(v), ok
 }
 
 type stream struct {
@@ -397,7 +399,9 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 	}
 	copies := make([]byte, 0, size) // one buffer for every returned payload
 	for i, e := range evs {
-		if at, dup := s.lookup(e.ID); dup {
+		k := keyOf(e.ID)
+		if v, dup := s.ids.getKey(k); dup {
+			at := unpackPos(v)
 			out[i] = clone(*s.parts[at.partition].at(at.seq))
 			continue
 		}
@@ -407,7 +411,7 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
 		s.parts[e.Partition].append(e)
-		s.ids.put(e.ID, packPos(e.Partition, e.Sequence))
+		s.ids.putKey(k, packPos(e.Partition, e.Sequence))
 		start := len(copies)
 		copies = append(copies, e.Payload...)
 		e.Payload = copies[start:len(copies):len(copies)]
