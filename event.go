@@ -171,6 +171,14 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 		size += max(len(ms[i].Payload), 2)
 	}
 	arena := make([]byte, 0, size)
+	gen := 0
+	for i := range ms {
+		if ms[i].ID == "" {
+			gen++
+		}
+	}
+	// The generated IDs, 36 bytes each in message order: one allocation.
+	ids := id.Events(gen)
 	var seen map[string]int // caller-chosen IDs; generated ones never collide
 	carrier := c.traceCarrier(ctx)
 	for i := range ms {
@@ -178,7 +186,7 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 		if carrier != nil {
 			m = injectTrace(m, carrier)
 		}
-		e, err := c.prepare(stream, n, m, now, &arena)
+		e, err := c.prepare(stream, n, m, now, &arena, &ids)
 		if err != nil {
 			if len(ms) > 1 {
 				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
@@ -199,10 +207,10 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 	return evs, nil
 }
 
-func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena *[]byte) (Event, error) {
+func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena *[]byte, ids *string) (Event, error) {
 	e := Event{Stream: stream, ID: m.ID, Type: m.Type, Key: m.Key, Metadata: m.Metadata}
 	if e.ID == "" {
-		e.ID = id.Event()
+		e.ID, *ids = (*ids)[:36], (*ids)[36:]
 	} else if err := checkName("event ID", e.ID); err != nil {
 		return e, err
 	}
