@@ -86,8 +86,9 @@ type scanner struct {
 
 func (s *scanner) fail(msg string) error { return &Error{s.i, msg} }
 
+// ws skips whitespace; it is inlined, and rarely finds any.
 func (s *scanner) ws() {
-	if s.i < len(s.src) && s.src[s.i] <= ' ' && isWS(s.src[s.i]) {
+	if s.i < len(s.src) && s.src[s.i] <= ' ' {
 		s.skipWS()
 	}
 }
@@ -95,7 +96,12 @@ func (s *scanner) ws() {
 func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // skipWS copies what precedes the whitespace at i and skips it.
+//
+//go:noinline
 func (s *scanner) skipWS() {
+	if !isWS(s.src[s.i]) {
+		return
+	}
 	s.dst = append(s.dst, s.src[s.mark:s.i]...)
 	for s.i < len(s.src) && isWS(s.src[s.i]) {
 		s.i++
