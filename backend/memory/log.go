@@ -24,7 +24,7 @@ func (l *plog) at(seq int64) *rheo.Event {
 	return &l.chunks[i/chunkSize][i%chunkSize]
 }
 
-func (l *plog) append(e rheo.Event) {
+func (l *plog) append(e *rheo.Event) {
 	if l.n%chunkSize == 0 {
 		if len(l.chunks) == 0 {
 			l.off = l.n
@@ -32,7 +32,7 @@ func (l *plog) append(e rheo.Event) {
 		l.chunks = append(l.chunks, make([]rheo.Event, 0, chunkSize))
 	}
 	last := len(l.chunks) - 1
-	l.chunks[last] = append(l.chunks[last], e)
+	l.chunks[last] = append(l.chunks[last], *e)
 	l.n++
 }
 

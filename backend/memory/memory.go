@@ -392,35 +392,37 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		b.mu.Unlock()
 		return nil, err
 	}
-	out := evs // the facade's slice: the result may reuse it
 	size := 0
-	for _, e := range evs {
-		size += len(e.Payload)
+	for i := range evs {
+		size += len(evs[i].Payload)
 	}
 	copies := make([]byte, 0, size) // one buffer for every returned payload
-	for i, e := range evs {
+	// The facade's slice becomes the result, updated in place.
+	for i := range evs {
+		e := &evs[i]
 		k := keyOf(e.ID)
 		if v, dup := s.ids.getKey(k); dup {
 			at := unpackPos(v)
-			out[i] = clone(*s.parts[at.partition].at(at.seq))
+			*e = clone(*s.parts[at.partition].at(at.seq))
 			continue
 		}
+		l := s.parts[e.Partition]
 		e.Stream = name
-		e.Sequence = s.parts[e.Partition].len() + 1
-		// The facade hands over the payload buffer; metadata is the
+		e.Sequence = l.len() + 1
+		// The store keeps the facade's payload buffer; metadata is the
 		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
-		s.parts[e.Partition].append(e)
+		l.append(e)
 		s.ids.putKey(k, packPos(e.Partition, e.Sequence))
+		// The caller gets payload and metadata of its own.
 		start := len(copies)
 		copies = append(copies, e.Payload...)
 		e.Payload = copies[start:len(copies):len(copies)]
 		e.Metadata = cloneMap(e.Metadata)
-		out[i] = e
 	}
 	b.mu.Unlock()
 	b.notify(name)
-	return out, nil
+	return evs, nil
 }
 
 func cloneMap(m map[string]string) map[string]string {
