@@ -335,7 +335,7 @@ func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {
 	}
 	b.streams[info.Name] = &stream{
 		info:   info,
-		parts:  newLogs(info.Partitions),
+		parts:  newLogs(info.Name, info.Partitions),
 		ids:    newIDIndex(0),
 		groups: map[string]*group{},
 	}
@@ -403,7 +403,7 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		k := keyOf(e.ID)
 		if v, dup := s.ids.getKey(k); dup {
 			at := unpackPos(v)
-			*e = clone(*s.parts[at.partition].at(at.seq))
+			*e = s.parts[at.partition].event(at.seq)
 			continue
 		}
 		l := s.parts[e.Partition]
@@ -456,7 +456,7 @@ func (b *Backend) Read(_ context.Context, name string, partition int, after int6
 	end := min(after+int64(limit), l.len())
 	out := make([]rheo.Event, 0, max(end-after, 0))
 	for seq := after + 1; seq <= end; seq++ {
-		out = append(out, clone(*l.at(seq)))
+		out = append(out, l.event(seq))
 	}
 	return out, nil
 }
@@ -472,7 +472,7 @@ func (b *Backend) Events(_ context.Context, name string, ids []string) ([]rheo.E
 	out := make([]rheo.Event, 0, len(ids))
 	for _, id := range ids {
 		if at, ok := s.lookup(id); ok {
-			out = append(out, clone(*s.parts[at.partition].at(at.seq)))
+			out = append(out, s.parts[at.partition].event(at.seq))
 		}
 	}
 	return out, nil
