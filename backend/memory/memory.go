@@ -336,7 +336,7 @@ func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {
 	b.streams[info.Name] = &stream{
 		info:   info,
 		parts:  newLogs(info.Name, info.Partitions),
-		ids:    newIDIndex(0),
+		ids:    newIDIndex(),
 		groups: map[string]*group{},
 	}
 	return nil
