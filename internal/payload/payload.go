@@ -16,6 +16,7 @@ package payload
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -132,6 +133,10 @@ func (s *scanner) object() error {
 	var small [8]key
 	keys := small[:0]
 	var names map[string]struct{} // for objects with many members
+	// A bit per name without escapes, by a hash of its bytes: a name whose
+	// bit is clear cannot repeat one, unless some name has escapes.
+	var sig uint64
+	anyEscaped := false
 	for {
 		if s.i >= len(s.src) || s.src[s.i] != '"' {
 			return s.fail("expected a string member name")
@@ -142,9 +147,15 @@ func (s *scanner) object() error {
 			return err
 		}
 		k := key{at, s.i, escaped}
-		if err := s.unique(keys, &names, k); err != nil {
-			return err
+		raw := s.src[at:s.i]
+		bit := uint64(1) << ((uint(len(raw))*7 + uint(raw[1]) + uint(raw[len(raw)-2])*3) & 63)
+		if names != nil || escaped || anyEscaped || sig&bit != 0 {
+			if err := s.unique(keys, &names, k); err != nil {
+				return err
+			}
 		}
+		sig |= bit
+		anyEscaped = anyEscaped || escaped
 		if names == nil {
 			keys = append(keys, k)
 			if len(keys) > 32 {
@@ -345,9 +356,21 @@ func (s *scanner) str() (bool, error) {
 	escaped := false
 	for {
 		// Plain ASCII runs are most of a payload.
-		for s.i < len(s.src) && plain[s.src[s.i]] {
-			s.i++
+		src, i := s.src, s.i
+		for ; i+8 <= len(src); i += 8 {
+			// Eight bytes at a time; any byte that is not plain (and some
+			// that are, after one that is not) stops the word loop.
+			w := binary.LittleEndian.Uint64(src[i:])
+			const ones, highs = 0x0101010101010101, 0x8080808080808080
+			quote, backslash := w^(ones*'"'), w^(ones*'\\')
+			if (w|(w-ones*0x20)|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0 {
+				break
+			}
 		}
+		for i < len(src) && plain[src[i]] {
+			i++
+		}
+		s.i = i
 		if s.i >= len(s.src) {
 			return escaped, &Error{start, "unterminated string"}
 		}
