@@ -171,6 +171,14 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 		size += max(len(ms[i].Payload), 2)
 	}
 	arena := make([]byte, 0, size)
+	gen := 0
+	for i := range ms {
+		if ms[i].ID == "" {
+			gen++
+		}
+	}
+	// The generated IDs, 36 bytes each in message order: one allocation.
+	ids := id.Events(gen)
 	var seen map[string]int // caller-chosen IDs; generated ones never collide
 	carrier := c.traceCarrier(ctx)
 	for i := range ms {
@@ -178,8 +186,8 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 		if carrier != nil {
 			m = injectTrace(m, carrier)
 		}
-		e, err := c.prepare(stream, n, m, now, &arena)
-		if err != nil {
+		e := &evs[i]
+		if err := c.prepare(e, stream, n, m, now, &arena, &ids); err != nil {
 			if len(ms) > 1 {
 				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
 			}
@@ -194,28 +202,29 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 			}
 			seen[e.ID] = i
 		}
-		evs[i] = e
 	}
 	return evs, nil
 }
 
-func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena *[]byte) (Event, error) {
-	e := Event{Stream: stream, ID: m.ID, Type: m.Type, Key: m.Key, Metadata: m.Metadata}
+// prepare fills the zero Event e from m, in place: e is an element of the
+// batch's result, and an Event is large to copy.
+func (c *Client) prepare(e *Event, stream string, n int, m *Message, now time.Time, arena *[]byte, ids *string) error {
+	e.Stream, e.ID, e.Type, e.Key, e.Metadata = stream, m.ID, m.Type, m.Key, m.Metadata
 	if e.ID == "" {
-		e.ID = id.Event()
+		e.ID, *ids = (*ids)[:36], (*ids)[36:]
 	} else if err := checkName("event ID", e.ID); err != nil {
-		return e, err
+		return err
 	}
 	if err := checkText("type", e.Type); err != nil {
-		return e, err
+		return err
 	}
 	if err := checkText("key", e.Key); err != nil {
-		return e, err
+		return err
 	}
 	switch {
 	case m.Partition != nil:
 		if p := *m.Partition; p < 0 || p >= n {
-			return e, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, n)
+			return Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, n)
 		}
 		e.Partition = *m.Partition
 	default:
@@ -224,34 +233,34 @@ func (c *Client) prepare(stream string, n int, m *Message, now time.Time, arena 
 	size := len(e.ID) + len(e.Type) + len(e.Key)
 	for k, v := range e.Metadata {
 		if k == "" {
-			return e, Errorf(ErrInvalidArgument, "metadata key is empty")
+			return Errorf(ErrInvalidArgument, "metadata key is empty")
 		}
 		if err := checkText("metadata key", k); err != nil {
-			return e, err
+			return err
 		}
 		if !utf8.ValidString(v) {
-			return e, Errorf(ErrInvalidArgument, "metadata %q value is not valid UTF-8", k)
+			return Errorf(ErrInvalidArgument, "metadata %q value is not valid UTF-8", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return e, Errorf(ErrInvalidArgument, "metadata %q value contains a NUL byte", k)
+			return Errorf(ErrInvalidArgument, "metadata %q value contains a NUL byte", k)
 		}
 		size += len(k) + len(v)
 	}
 	payload, err := compactObject(arena, m.Payload)
 	if err != nil {
-		return e, err
+		return err
 	}
 	e.Payload = payload
 	size += len(payload)
 	if size > c.opts.maxEventBytes {
-		return e, Errorf(ErrInvalidArgument, "event %q is %d bytes, over the %d-byte limit", e.ID, size, c.opts.maxEventBytes)
+		return Errorf(ErrInvalidArgument, "event %q is %d bytes, over the %d-byte limit", e.ID, size, c.opts.maxEventBytes)
 	}
 	if m.Timestamp.IsZero() {
 		e.Timestamp = now
 	} else {
 		e.Timestamp = normTime(m.Timestamp)
 	}
-	return e, nil
+	return nil
 }
 
 // compactObject checks that p is an acceptable payload (see

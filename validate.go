@@ -20,6 +20,9 @@ func checkText(kind, s string) error {
 	if len(s) > MaxNameBytes {
 		return Errorf(ErrInvalidArgument, "%s %.40q… is %d bytes (max %d)", kind, s, len(s), MaxNameBytes)
 	}
+	if printableASCII(s) { // most names: one pass, no decoding
+		return nil
+	}
 	if !utf8.ValidString(s) {
 		return Errorf(ErrInvalidArgument, "%s %q is not valid UTF-8", kind, s)
 	}
@@ -29,6 +32,15 @@ func checkText(kind, s string) error {
 		}
 	}
 	return nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func checkLimit(kind string, limit, def int) (int, error) {

@@ -34,7 +34,7 @@ func TestParseUUID(t *testing.T) {
 
 // IDs that differ only in case, or are not UUIDs at all, are distinct keys.
 func TestIDIndexKeepsIDsApart(t *testing.T) {
-	x := newIDIndex(0)
+	x := newIDIndex()
 	id := "0192f3a4-5b6c-7d8e-9fa0-b1c2d3e4f5a6"
 	ids := []string{id, strings.ToUpper(id), "order-1", ""}
 	for i, s := range ids {
@@ -59,10 +59,10 @@ func TestIDIndexKeepsIDsApart(t *testing.T) {
 // In order, out of order, removed and compacted: the index answers as a
 // map would.
 func TestIDIndexMatchesAMap(t *testing.T) {
-	x := newIDIndex(0)
+	x := newIDIndex()
 	want := map[string]uint64{}
 	var ids []string
-	for i := range 3000 {
+	for i := range 3 * runChunk { // the run spans three chunks
 		var id string
 		switch i % 10 {
 		case 3: // an older UUID, out of order

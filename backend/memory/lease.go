@@ -89,8 +89,7 @@ func (b *Backend) claim(s *stream, g *group, p, want int, r rheo.FetchRequest, o
 	events := s.parts[p]
 	for got < want && gp.cursor < events.len() {
 		gp.cursor++
-		e := events.at(gp.cursor)
-		d := &delivery{seq: e.Sequence, eventID: e.ID}
+		d := &delivery{seq: gp.cursor, eventID: events.at(gp.cursor).id}
 		gp.dels[d.seq] = d
 		out = append(out, b.lease(s, g, p, d, r))
 		got++
@@ -111,7 +110,7 @@ func (b *Backend) lease(s *stream, g *group, p int, d *delivery, r rheo.FetchReq
 	return rheo.Lease{
 		ID: d.leaseID, Receipt: d.leaseID, Stream: r.Stream, Group: g.name, ConsumerID: d.consumerID,
 		Attempt: d.attempt, LeasedAt: d.leasedAt, ExpiresAt: d.expiresAt,
-		Event: clone(*s.parts[p].at(d.seq)),
+		Event: s.parts[p].event(d.seq),
 	}
 }
 

@@ -56,10 +56,12 @@ type pos struct {
 // store small: partitions fit in 16 bits (at most 1024), sequences in 48.
 func packPos(p int, seq int64) uint64 { return uint64(p)<<48 | uint64(seq) }
 
+func unpackPos(v uint64) pos { return pos{int(v >> 48), int64(v & (1<<48 - 1))} }
+
 // lookup returns the position of the event with the given ID.
 func (s *stream) lookup(id string) (pos, bool) {
 	v, ok := s.ids.get(id)
-	return pos{int(v >> 48), int64(v & (1<<48 - 1))}, ok
+	return unpackPos(v), ok
 }
 
 type stream struct {
@@ -333,8 +335,8 @@ func (b *Backend) CreateStream(_ context.Context, info rheo.StreamInfo) error {
 	}
 	b.streams[info.Name] = &stream{
 		info:   info,
-		parts:  newLogs(info.Partitions),
-		ids:    newIDIndex(0),
+		parts:  newLogs(info.Name, info.Partitions),
+		ids:    newIDIndex(),
 		groups: map[string]*group{},
 	}
 	return nil
@@ -390,33 +392,37 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		b.mu.Unlock()
 		return nil, err
 	}
-	out := evs // the facade's slice: the result may reuse it
 	size := 0
-	for _, e := range evs {
-		size += len(e.Payload)
+	for i := range evs {
+		size += len(evs[i].Payload)
 	}
 	copies := make([]byte, 0, size) // one buffer for every returned payload
-	for i, e := range evs {
-		if at, dup := s.lookup(e.ID); dup {
-			out[i] = clone(*s.parts[at.partition].at(at.seq))
+	// The facade's slice becomes the result, updated in place.
+	for i := range evs {
+		e := &evs[i]
+		k := keyOf(e.ID)
+		if v, dup := s.ids.getKey(k); dup {
+			at := unpackPos(v)
+			*e = s.parts[at.partition].event(at.seq)
 			continue
 		}
+		l := s.parts[e.Partition]
 		e.Stream = name
-		e.Sequence = s.parts[e.Partition].len() + 1
-		// The facade hands over the payload buffer; metadata is the
+		e.Sequence = l.len() + 1
+		// The store keeps the facade's payload buffer; metadata is the
 		// caller's map and must be copied.
 		e.Metadata = cloneMap(e.Metadata)
-		s.parts[e.Partition].append(e)
-		s.ids.put(e.ID, packPos(e.Partition, e.Sequence))
+		l.append(e)
+		s.ids.putKey(k, packPos(e.Partition, e.Sequence))
+		// The caller gets payload and metadata of its own.
 		start := len(copies)
 		copies = append(copies, e.Payload...)
 		e.Payload = copies[start:len(copies):len(copies)]
 		e.Metadata = cloneMap(e.Metadata)
-		out[i] = e
 	}
 	b.mu.Unlock()
 	b.notify(name)
-	return out, nil
+	return evs, nil
 }
 
 func cloneMap(m map[string]string) map[string]string {
@@ -450,7 +456,7 @@ func (b *Backend) Read(_ context.Context, name string, partition int, after int6
 	end := min(after+int64(limit), l.len())
 	out := make([]rheo.Event, 0, max(end-after, 0))
 	for seq := after + 1; seq <= end; seq++ {
-		out = append(out, clone(*l.at(seq)))
+		out = append(out, l.event(seq))
 	}
 	return out, nil
 }
@@ -466,7 +472,7 @@ func (b *Backend) Events(_ context.Context, name string, ids []string) ([]rheo.E
 	out := make([]rheo.Event, 0, len(ids))
 	for _, id := range ids {
 		if at, ok := s.lookup(id); ok {
-			out = append(out, clone(*s.parts[at.partition].at(at.seq)))
+			out = append(out, s.parts[at.partition].event(at.seq))
 		}
 	}
 	return out, nil

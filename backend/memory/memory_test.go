@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -196,4 +197,50 @@ func fetchAckLoop(b *testing.B, c *rheo.Client) {
 // identical stores must agree on every step.
 func TestDifferential(t *testing.T) {
 	rheotest.RunDifferential(t, factory, rheotest.DifferentialOptions{})
+}
+
+// BenchmarkAppendFresh is the peers benchmark's memory append: one producer,
+// a freshly built ~100-byte JSON payload and a key per message, into a new
+// store every 200,000 events.
+func BenchmarkAppendFresh(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			ctx := context.Background()
+			const perStore = 200000
+			var c *rheo.Client
+			n := perStore
+			ms := make([]rheo.Message, size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if n >= perStore {
+					b.StopTimer()
+					c = rheo.New(memory.New())
+					require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+					n = 0
+					b.StartTimer()
+				}
+				for j := range ms {
+					ms[j] = rheo.Message{Type: "order.created", Key: strconv.Itoa(n + j), Payload: freshPayload(n + j)}
+				}
+				if _, err := c.AppendBatch(ctx, "s", ms); err != nil {
+					b.Fatal(err)
+				}
+				n += size
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// freshPayload is the peers benchmark's payload: about 100 bytes, new each time.
+func freshPayload(i int) []byte {
+	buf := make([]byte, 0, 128)
+	buf = append(buf, `{"order_id":`...)
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	buf = append(buf, `,"customer":"c-`...)
+	buf = strconv.AppendInt(buf, int64(i%977), 10)
+	buf = append(buf, `","amount_cents":`...)
+	buf = strconv.AppendInt(buf, int64(1000+i%50000), 10)
+	buf = append(buf, `,"currency":"EUR","status":"created","items":3}`...)
+	return buf
 }

@@ -69,7 +69,7 @@ func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, li
 		gp := g.parts[p]
 		gp.dead.AscendGreaterOrEqual(from, func(seq int64) bool {
 			d := gp.dels[seq]
-			e := clone(*s.parts[p].at(seq))
+			e := s.parts[p].event(seq)
 			out = append(out, rheo.DeadLetter{
 				EventID: e.ID, Partition: p, Sequence: seq, Attempts: d.attempt,
 				Reason: d.reason, DeadLetteredAt: d.deadAt, Event: e,
@@ -108,7 +108,7 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) (int, error) {
 		}
 		d := gp.dels[ref.Sequence]
 		if d == nil {
-			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition].at(ref.Sequence).ID}
+			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition].at(ref.Sequence).id}
 			gp.dels[d.seq] = d
 		}
 		gp.reopen(d, time.Time{})

@@ -46,9 +46,9 @@ func (b *Backend) Query(_ context.Context, q rheo.QuerySpec) ([]rheo.Event, erro
 			if desc {
 				seq = hi - (i - lo - 1)
 			}
-			e := evs.at(seq)
-			if match.Event(e, &q.Query) {
-				out = append(out, clone(*e))
+			e := evs.view(seq)
+			if match.Event(&e, &q.Query) {
+				out = append(out, clone(e))
 				n++
 			}
 		}

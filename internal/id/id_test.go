@@ -74,6 +74,72 @@ func TestEventConcurrentUnique(t *testing.T) {
 	wg.Wait()
 }
 
+// Events makes the same IDs as Event, in order with Event's, across its
+// chunks and across a stopped clock's overflow.
+func TestEventsAreOrderedUniqueUUIDv7(t *testing.T) {
+	old := now
+	defer func() { now = old }()
+	for _, clock := range []func() int64{old, func() int64 { return 1 << 40 }} {
+		now = clock
+		prev := Event()
+		for _, n := range []int{0, 1, 63, 64, 65, 1000, 5000} {
+			block := Events(n)
+			if len(block) != 36*n {
+				t.Fatalf("Events(%d) is %d bytes", n, len(block))
+			}
+			for i := range n {
+				s := block[36*i : 36*(i+1)]
+				u, err := uuid.Parse(s)
+				if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 || u.String() != s {
+					t.Fatalf("%q: %v, want a canonical UUIDv7", s, err)
+				}
+				if s <= prev {
+					t.Fatalf("%q does not sort after %q", s, prev)
+				}
+				prev = s
+			}
+			if s := Event(); s <= prev {
+				t.Fatalf("%q does not sort after %q", s, prev)
+			} else {
+				prev = s
+			}
+		}
+	}
+}
+
+func TestEventsConcurrentUnique(t *testing.T) {
+	const workers, batches, each = 4, 50, 100
+	var mu sync.Mutex
+	seen := make(map[string]bool, workers*batches*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			var blocks []string
+			for range batches {
+				blocks = append(blocks, Events(each), Event())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, b := range blocks {
+				for i := 0; i < len(b); i += 36 {
+					if s := b[i : i+36]; seen[s] {
+						t.Errorf("duplicate ID %s", s)
+					} else {
+						seen[s] = true
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func BenchmarkEvents100(b *testing.B) {
+	for b.Loop() {
+		_ = Events(100)
+	}
+}
+
 func BenchmarkEvent(b *testing.B) {
 	for b.Loop() {
 		_ = Event()

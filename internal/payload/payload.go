@@ -16,6 +16,7 @@ package payload
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -55,7 +56,7 @@ func Compact(dst, src []byte) ([]byte, error) {
 	if s.i < len(src) {
 		return dst, &Error{s.i, "unexpected data after the payload object"}
 	}
-	return s.dst, nil
+	return append(s.dst, src[s.mark:]...), nil
 }
 
 func kind(c byte) string {
@@ -74,28 +75,44 @@ func kind(c byte) string {
 	return fmt.Sprintf("%q", c)
 }
 
+// scanner copies src to dst lazily: src[mark:i] is checked but not yet
+// copied, so a payload without whitespace is copied in one piece.
 type scanner struct {
 	src   []byte
 	i     int
+	mark  int
 	dst   []byte
 	depth int
 }
 
 func (s *scanner) fail(msg string) error { return &Error{s.i, msg} }
 
+// ws skips whitespace; it is inlined, and rarely finds any.
 func (s *scanner) ws() {
-	for s.i < len(s.src) {
-		switch s.src[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	if s.i < len(s.src) && s.src[s.i] <= ' ' {
+		s.skipWS()
 	}
 }
 
-// key is an object member name: where its quoted form sits in dst, and
-// whether it holds escapes (then equal names may differ in bytes).
+func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// skipWS copies what precedes the whitespace at i and skips it.
+//
+//go:noinline
+func (s *scanner) skipWS() {
+	if !isWS(s.src[s.i]) {
+		return
+	}
+	s.dst = append(s.dst, s.src[s.mark:s.i]...)
+	for s.i < len(s.src) && isWS(s.src[s.i]) {
+		s.i++
+	}
+	s.mark = s.i
+}
+
+// key is an object member name: where its quoted form sits in src (which
+// compaction copies unchanged), and whether it holds escapes (then equal
+// names may differ in bytes).
 type key struct {
 	start, end int
 	escaped    bool
@@ -106,11 +123,9 @@ func (s *scanner) object() error {
 	if s.depth > MaxDepth {
 		return s.fail(fmt.Sprintf("payload is nested deeper than %d levels", MaxDepth))
 	}
-	s.dst = append(s.dst, '{')
 	s.i++
 	s.ws()
 	if s.i < len(s.src) && s.src[s.i] == '}' {
-		s.dst = append(s.dst, '}')
 		s.i++
 		s.depth--
 		return nil
@@ -118,25 +133,42 @@ func (s *scanner) object() error {
 	var small [8]key
 	keys := small[:0]
 	var names map[string]struct{} // for objects with many members
+	// A bit per name without escapes, by a hash of its bytes: a name whose
+	// bit is clear cannot repeat one, unless some name has escapes.
+	var sig uint64
+	anyEscaped := false
 	for {
 		if s.i >= len(s.src) || s.src[s.i] != '"' {
 			return s.fail("expected a string member name")
 		}
 		at := s.i
-		start := len(s.dst)
 		escaped, err := s.str()
 		if err != nil {
 			return err
 		}
-		k := key{start, len(s.dst), escaped}
-		if err := s.unique(&keys, &names, k, at); err != nil {
-			return err
+		k := key{at, s.i, escaped}
+		raw := s.src[at:s.i]
+		bit := uint64(1) << ((uint(len(raw))*7 + uint(raw[1]) + uint(raw[len(raw)-2])*3) & 63)
+		if names != nil || escaped || anyEscaped || sig&bit != 0 {
+			if err := s.unique(keys, &names, k); err != nil {
+				return err
+			}
+		}
+		sig |= bit
+		anyEscaped = anyEscaped || escaped
+		if names == nil {
+			keys = append(keys, k)
+			if len(keys) > 32 {
+				names = make(map[string]struct{}, 2*len(keys))
+				for _, o := range keys {
+					names[s.name(o)] = struct{}{}
+				}
+			}
 		}
 		s.ws()
 		if s.i >= len(s.src) || s.src[s.i] != ':' {
 			return s.fail("expected ':' after a member name")
 		}
-		s.dst = append(s.dst, ':')
 		s.i++
 		s.ws()
 		if err := s.value(); err != nil {
@@ -148,31 +180,25 @@ func (s *scanner) object() error {
 	}
 }
 
-// unique refuses a member name that the object already has.
-func (s *scanner) unique(keys *[]key, names *map[string]struct{}, k key, at int) error {
+// unique refuses a member name that the object already has (in keys, or
+// in names once it has many).
+func (s *scanner) unique(keys []key, names *map[string]struct{}, k key) error {
 	if *names != nil {
 		n := s.name(k)
 		if _, dup := (*names)[n]; dup {
-			return &Error{at, fmt.Sprintf("duplicate member name %q", n)}
+			return &Error{k.start, fmt.Sprintf("duplicate member name %q", n)}
 		}
 		(*names)[n] = struct{}{}
 		return nil
 	}
-	raw := s.dst[k.start:k.end]
-	for _, o := range *keys {
+	raw := s.src[k.start:k.end]
+	for _, o := range keys {
 		if !k.escaped && !o.escaped {
-			if bytes.Equal(raw, s.dst[o.start:o.end]) {
-				return &Error{at, fmt.Sprintf("duplicate member name %s", raw)}
+			if o.end-o.start == len(raw) && s.src[o.start+1] == raw[1] && bytes.Equal(raw, s.src[o.start:o.end]) {
+				return &Error{k.start, fmt.Sprintf("duplicate member name %s", raw)}
 			}
 		} else if s.name(k) == s.name(o) {
-			return &Error{at, fmt.Sprintf("duplicate member name %q", s.name(k))}
-		}
-	}
-	*keys = append(*keys, k)
-	if len(*keys) > 32 {
-		*names = make(map[string]struct{}, 2*len(*keys))
-		for _, o := range *keys {
-			(*names)[s.name(o)] = struct{}{}
+			return &Error{k.start, fmt.Sprintf("duplicate member name %q", s.name(k))}
 		}
 	}
 	return nil
@@ -180,7 +206,7 @@ func (s *scanner) unique(keys *[]key, names *map[string]struct{}, k key, at int)
 
 // name decodes a member name already checked by str.
 func (s *scanner) name(k key) string {
-	raw := s.dst[k.start:k.end]
+	raw := s.src[k.start:k.end]
 	if !k.escaped {
 		return string(raw[1 : len(raw)-1])
 	}
@@ -221,11 +247,9 @@ func (s *scanner) array() error {
 	if s.depth > MaxDepth {
 		return s.fail(fmt.Sprintf("payload is nested deeper than %d levels", MaxDepth))
 	}
-	s.dst = append(s.dst, '[')
 	s.i++
 	s.ws()
 	if s.i < len(s.src) && s.src[s.i] == ']' {
-		s.dst = append(s.dst, ']')
 		s.i++
 		s.depth--
 		return nil
@@ -249,12 +273,10 @@ func (s *scanner) after(end byte, what string) (done bool, err error) {
 	}
 	switch s.src[s.i] {
 	case ',':
-		s.dst = append(s.dst, ',')
 		s.i++
 		s.ws()
 		return false, nil
 	case end:
-		s.dst = append(s.dst, end)
 		s.i++
 		s.depth--
 		return true, nil
@@ -266,7 +288,6 @@ func (s *scanner) literal(word string) error {
 	if len(s.src)-s.i < len(word) || string(s.src[s.i:s.i+len(word)]) != word {
 		return s.fail("invalid literal (expected " + word + ")")
 	}
-	s.dst = append(s.dst, word...)
 	s.i += len(word)
 	return nil
 }
@@ -324,7 +345,6 @@ func (s *scanner) number() error {
 	if digits > MaxDigits {
 		return &Error{start, fmt.Sprintf("number of %d digits (max %d)", digits, MaxDigits)}
 	}
-	s.dst = append(s.dst, s.src[start:s.i]...)
 	return nil
 }
 
@@ -336,20 +356,27 @@ func (s *scanner) str() (bool, error) {
 	escaped := false
 	for {
 		// Plain ASCII runs are most of a payload.
-		for s.i < len(s.src) {
-			c := s.src[s.i]
-			if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+		src, i := s.src, s.i
+		for ; i+8 <= len(src); i += 8 {
+			// Eight bytes at a time; any byte that is not plain (and some
+			// that are, after one that is not) stops the word loop.
+			w := binary.LittleEndian.Uint64(src[i:])
+			const ones, highs = 0x0101010101010101, 0x8080808080808080
+			quote, backslash := w^(ones*'"'), w^(ones*'\\')
+			if (w|(w-ones*0x20)|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0 {
 				break
 			}
-			s.i++
 		}
+		for i < len(src) && plain[src[i]] {
+			i++
+		}
+		s.i = i
 		if s.i >= len(s.src) {
 			return escaped, &Error{start, "unterminated string"}
 		}
 		switch c := s.src[s.i]; {
 		case c == '"':
 			s.i++
-			s.dst = append(s.dst, s.src[start:s.i]...)
 			return escaped, nil
 		case c < 0x20:
 			return escaped, s.fail("control character in a string (escape it)")
@@ -424,3 +451,12 @@ func hex4(b []byte) (rune, bool) {
 	}
 	return r, true
 }
+
+// plain are the bytes a string holds as they are: printable ASCII but the
+// quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

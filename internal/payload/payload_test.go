@@ -136,3 +136,36 @@ func FuzzCompact(f *testing.F) {
 		}
 	})
 }
+
+// Strings are scanned eight bytes at a time: whatever sits at any offset of
+// a long string is found there, with the offset of the byte at fault.
+func TestStringBytesAtEveryOffset(t *testing.T) {
+	for at := range 20 {
+		pre, post := strings.Repeat("a", at), strings.Repeat("b", 20-at)
+		for mid, msg := range map[string]string{`\"`: "", `\\`: "", "\x7f": "", "é": "", "😀": "",
+			"\x01": "control character", "\xff": "invalid UTF-8", `\x`: "invalid escape"} {
+			in := `{"k":"` + pre + mid + post + `"}`
+			out, err := Compact(nil, []byte(in))
+			if msg == "" {
+				require.NoError(t, err, in)
+				require.Equal(t, in, string(out))
+				continue
+			}
+			var pe *Error
+			require.ErrorAs(t, err, &pe, in)
+			require.Contains(t, pe.Msg, msg, in)
+			require.Equal(t, len(`{"k":"`)+at, pe.Offset, in)
+		}
+	}
+}
+
+// Member names are checked for duplicates whatever their length, and
+// however the bits that skip the check fall.
+func TestDuplicateNamesOfEveryLength(t *testing.T) {
+	for n := range 20 {
+		name := `"` + strings.Repeat("n", n) + `"`
+		in := `{"x":1,` + name + `:1,"y":2,` + name + `:3}`
+		_, err := Compact(nil, []byte(in))
+		require.ErrorContains(t, err, "duplicate member name", in)
+	}
+}
