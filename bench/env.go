@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/rheo-go/rheo/backend/postgres"
 	rheoredis "github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/backend/sqlite"
+	"github.com/rheo-go/rheo/internal/sample"
 )
 
 // env holds the connections every workload shares. Each workload run makes
@@ -174,16 +174,7 @@ func (e *env) rheoClient(ctx context.Context, store string) (*rheo.Client, func(
 
 // payload builds a fresh JSON object of about 100 bytes; every workload of
 // every peer carries the same bytes, built anew for each message.
-func payload(buf []byte, i int) []byte {
-	buf = append(buf[:0], `{"order_id":`...)
-	buf = strconv.AppendInt(buf, int64(i), 10)
-	buf = append(buf, `,"customer":"c-`...)
-	buf = strconv.AppendInt(buf, int64(i%977), 10)
-	buf = append(buf, `","amount_cents":`...)
-	buf = strconv.AppendInt(buf, int64(1000+i%50000), 10)
-	buf = append(buf, `,"currency":"EUR","status":"created","items":3}`...)
-	return buf
-}
+func payload(buf []byte, i int) []byte { return sample.Order(buf, i) }
 
 // payloadString is payload as a string, for drivers that want text.
 func payloadString(i int) string { return string(payload(make([]byte, 0, 128), i)) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/memory"
+	"github.com/rheo-go/rheo/internal/sample"
 	"github.com/rheo-go/rheo/rheotest"
 )
 
@@ -233,14 +234,4 @@ func BenchmarkAppendFresh(b *testing.B) {
 }
 
 // freshPayload is the peers benchmark's payload: about 100 bytes, new each time.
-func freshPayload(i int) []byte {
-	buf := make([]byte, 0, 128)
-	buf = append(buf, `{"order_id":`...)
-	buf = strconv.AppendInt(buf, int64(i), 10)
-	buf = append(buf, `,"customer":"c-`...)
-	buf = strconv.AppendInt(buf, int64(i%977), 10)
-	buf = append(buf, `","amount_cents":`...)
-	buf = strconv.AppendInt(buf, int64(1000+i%50000), 10)
-	buf = append(buf, `,"currency":"EUR","status":"created","items":3}`...)
-	return buf
-}
+func freshPayload(i int) []byte { return sample.Order(make([]byte, 0, 128), i) }
