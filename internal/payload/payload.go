@@ -39,7 +39,8 @@ func (e *Error) Error() string { return fmt.Sprintf("%s at byte %d", e.Msg, e.Of
 
 // Compact checks that src is an acceptable payload and appends it, without
 // insignificant whitespace, to dst. On error dst is returned unchanged in
-// length (its spare capacity may have been written).
+// length (its spare capacity may have been written). dst's spare capacity
+// must not overlap src: member names are compared where they stand in src.
 func Compact(dst, src []byte) ([]byte, error) {
 	s := scanner{src: src, dst: dst}
 	s.ws()
