@@ -24,16 +24,27 @@ local function skey(p) return base .. 's:' .. p end
 local function bulk(head, list, step, tail)
   -- Lua's unpack has a small stack: send long argument lists in chunks.
   -- head is the command and its leading arguments; replies are returned.
+  -- Heads of two to four arguments without a tail (most calls) pass the
+  -- list's chunk straight to the command instead of copying it.
   local replies = {}
   local n = #list
+  local h = #head
   local i = 1
   while i <= n do
     local j = math.min(i + step - 1, n)
-    local args = {}
-    for _, h in ipairs(head) do args[#args + 1] = h end
-    for k = i, j do args[#args + 1] = list[k] end
-    if tail then for _, t in ipairs(tail) do args[#args + 1] = t end end
-    replies[#replies + 1] = redis.call(unpack(args))
+    if tail == nil and h == 2 then
+      replies[#replies + 1] = redis.call(head[1], head[2], unpack(list, i, j))
+    elseif tail == nil and h == 3 then
+      replies[#replies + 1] = redis.call(head[1], head[2], head[3], unpack(list, i, j))
+    elseif tail == nil and h == 4 then
+      replies[#replies + 1] = redis.call(head[1], head[2], head[3], head[4], unpack(list, i, j))
+    else
+      local args = {}
+      for _, x in ipairs(head) do args[#args + 1] = x end
+      for k = i, j do args[#args + 1] = list[k] end
+      if tail then for _, t in ipairs(tail) do args[#args + 1] = t end end
+      replies[#replies + 1] = redis.call(unpack(args))
+    end
     i = j + 1
   end
   return replies
