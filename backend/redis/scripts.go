@@ -57,6 +57,16 @@ local function mget(key, list)
   end
   return out
 end
+-- DUE_PIN is a member the fetch adds to every due set it writes (d:<p>),
+-- scored +inf, so never due. It is longer than zset-max-listpack-value
+-- (64 by default), which keeps the set in Redis's skiplist encoding: a
+-- listpack takes a scan per insert and removal, so a fetch's run of ZADDs
+-- cost time quadratic in the leases of the partition.
+local DUE_PIN = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~'
+local function unpin(dkey)
+  -- A due set holding only DUE_PIN goes, like an empty one.
+  if redis.call('ZCARD', dkey) == 1 then redis.call('ZREM', dkey, DUE_PIN) end
+end
 local function need_stream()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     return redis.error_reply('RHEO_NOSTREAM')
@@ -387,7 +397,10 @@ local function scan_due(p)
     end
     i = j + 1
   end
-  if #drop > 0 then bulk({'ZREM', dkey}, drop, 1000) end
+  if #drop > 0 then
+    bulk({'ZREM', dkey}, drop, 1000)
+    unpin(dkey)
+  end
   if #poison > 0 then
     bulk({'HDEL', lkey}, poison, 1000)
     bulk({'HDEL', gb .. 'c:' .. p}, poison, 1000)
@@ -426,7 +439,7 @@ local function take(p, want)
       got = got + 1
     end
     bulk({'HSET', lkey}, hset, 1000)
-    bulk({'ZADD', dkey}, zadd, 1000)
+    bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
     local red = {}
     for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
       for _, ent in ipairs(r) do
@@ -460,7 +473,7 @@ local function take(p, want)
         nh = nh + 2
       end
       bulk({'HSET', lkey}, hset, 1000)
-      bulk({'ZADD', dkey}, zadd, 1000)
+      bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
       out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = ents
       nout = nout + 3
       got = got + n
@@ -576,6 +589,7 @@ for p, list in pairs(rm) do
   bulk({'HDEL', gb .. 'l:' .. p}, list, 1000)
   bulk({'HDEL', gb .. 'c:' .. p}, list, 1000)
   bulk({'ZREM', gb .. 'd:' .. p}, list, 1000)
+  unpin(gb .. 'd:' .. p)
   local ids = {}
   for i, ss in ipairs(list) do ids[i] = ss .. '-0' end
   bulk({'XACK', skey(p), group}, ids, 1000)
@@ -730,6 +744,7 @@ for i = 1, nf do
     bulk({'HDEL', lkey}, drop, 1000)
     bulk({'HDEL', gb .. 'c:' .. p}, drop, 1000)
     bulk({'ZREM', dkey}, drop, 1000)
+    unpin(dkey)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
   redis.call('ZREMRANGEBYSCORE', gb .. 't:' .. p, '(' .. fmt(s), '+inf')
