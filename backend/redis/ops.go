@@ -333,14 +333,14 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		})
 		return nil
 	}
-	// Runs of claims per partition (see fetchScript): fresh entries as the
-	// stream returned them, leased with the lease IDs from index first on,
+	// Runs of claims per partition (see fetchScript): fresh entries as
+	// (seq, fields) pairs, leased with the lease IDs from index first on,
 	// or rows of deliveries claimed again.
 	for i := 0; i+2 < len(flat); i += 3 {
 		p, err1 := toInt(flat[i])
 		first, err2 := toInt(flat[i+1])
 		data, ok := flat[i+2].([]any)
-		if err1 != nil || err2 != nil || !ok || first < 0 || (first > 0 && first-1+int64(len(data)) > int64(len(leaseIDs))) {
+		if err1 != nil || err2 != nil || !ok || first < 0 || (first > 0 && (len(data)%2 != 0 || first-1+int64(len(data)/2) > int64(len(leaseIDs)))) {
 			return nil, malformed(nil)
 		}
 		if first == 0 {
@@ -356,16 +356,12 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 			}
 			continue
 		}
-		for j, x := range data {
-			ent, _ := x.([]any)
-			if len(ent) != 2 {
-				return nil, malformed(nil)
-			}
-			seq, err := entrySeq(toStr(ent[0]))
+		for j := 0; j+1 < len(data); j += 2 {
+			seq, err := strconv.ParseInt(toStr(data[j]), 10, 64)
 			if err != nil {
 				return nil, malformed(nil)
 			}
-			if err := lease(int(p), seq, leaseIDs[int(first)-1+j], 1, ent[1]); err != nil {
+			if err := lease(int(p), seq, leaseIDs[int(first)-1+j/2], 1, data[j+1]); err != nil {
 				return nil, err
 			}
 		}

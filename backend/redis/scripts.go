@@ -345,11 +345,12 @@ return 1
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
 // limit fresh lease IDs, then the consumer ID. Returns flat triples, one
 // per run of claims from one partition: partition, then either the index
-// (1-based) of the first fresh lease ID the run used and the stream entries
-// as XREADGROUP returned them (events not offered before: attempt 1, lease
-// IDs in entry order), or 0 and flat rows of 4 (seq, lease ID, attempt,
-// entry fields) for deliveries claimed again. Handing the entries back as
-// they came spares the interpreter a row per event.
+// (1-based) of the first fresh lease ID the run used and flat pairs (seq,
+// entry fields as XREADGROUP returned them) for events not offered before
+// (attempt 1, lease IDs in entry order), or 0 and flat rows of 4 (seq,
+// lease ID, attempt, entry fields) for deliveries claimed again. The flat
+// pairs spare the interpreter a row per event, and Redis the conversion of
+// a table per entry back into a reply.
 //
 // A lease is the field of its sequence in l:<p>, valued "<lease ID>:<attempt>
 // :<claimed at (µs)>:<consumer ID>" (one write per claim; what ListLeases
@@ -472,20 +473,23 @@ local function take(p, want)
     local n = #ents
     if n < want - got then newdone[p] = true end
     if n > 0 then
-      local hset, zadd, nh = {}, {}, 0
+      local hset, zadd, flat, nh = {}, {}, {}, 0
       local first = used + 1
       for x = 1, n do
-        local ss = string.match(ents[x][1], '^(%d+)')
+        local ent = ents[x]
+        local ss = string.match(ent[1], '^(%d+)')
         used = used + 1
         hset[nh + 1] = ss
         hset[nh + 2] = ARGV[idbase + used] .. ':1' .. claimed
         zadd[nh + 1] = exp
         zadd[nh + 2] = ss
+        flat[nh + 1] = ss
+        flat[nh + 2] = ent[2]
         nh = nh + 2
       end
       bulk({'HSET', lkey}, hset, 1000)
       bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
-      out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = ents
+      out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
       nout = nout + 3
       got = got + n
     end
