@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,4 +176,178 @@ func BenchmarkWakeLatency(b *testing.B) {
 		worst = max(worst, time.Since(start))
 	}
 	b.ReportMetric(float64(worst.Microseconds()), "worst-µs")
+}
+
+// cmdStat is a command's line of INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+// commandStats reads INFO commandstats, and the main thread's CPU time
+// (user plus system) from INFO cpu as "cpu".
+func commandStats(b testing.TB, rc goredis.UniversalClient) map[string]cmdStat {
+	info, err := rc.Info(context.Background(), "commandstats", "cpu").Result()
+	require.NoError(b, err)
+	out := map[string]cmdStat{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys_main_thread" || name == "used_cpu_user_main_thread") {
+			sec, err := strconv.ParseFloat(rest, 64)
+			require.NoError(b, err)
+			st := out["cpu"]
+			st.usec += int64(sec * 1e6)
+			out["cpu"] = st
+			continue
+		}
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "info" {
+			continue
+		}
+		var st cmdStat
+		for f := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				st.calls, err = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, err = strconv.ParseInt(v, 10, 64)
+			}
+			require.NoError(b, err)
+		}
+		out[name] = st
+	}
+	return out
+}
+
+// topLevel is a go-redis hook that records the names of the commands a
+// client sends (the ones Redis runs at top level, as opposed to those a
+// script calls).
+type topLevel struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (h *topLevel) note(cmds ...goredis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		h.names[strings.ToLower(c.Name())] = true
+	}
+}
+
+func (h *topLevel) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *topLevel) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *topLevel) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.note(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// BenchmarkConsumerServerTime drains a backlog of 50,000 events on 4
+// partitions through the consumer runtime at its default settings
+// (Concurrency 100, no-op handler) and reports the Redis server time per
+// consumed event from INFO commandstats deltas, and the drain rate.
+//
+// Redis 7 counts the commands a script calls under their own names and
+// also in the script's own usec (EVALSHA's time is the whole script's), so
+// summing every line would count them twice: server-µs/event sums the
+// commands the client sent (EVALSHA and the few others, by name), which
+// includes the commands the scripts called, and script-cmd-µs/event is the
+// part of it those took. server-cpu-µs/event is the main thread's CPU time
+// (INFO cpu), which also covers reading requests and writing replies and
+// suffers less from other processes taking the CPU. The deltas are the
+// whole server's: run it against a Redis no one else uses
+// (RHEO_TEST_REDIS), e.g.
+//
+//	redis-server --port 6390 --save '' --appendonly no &
+//	RHEO_TEST_REDIS=redis://127.0.0.1:6390/0 go test -run X -bench ConsumerServerTime -benchtime 1x -count 5 ./backend/redis/
+func BenchmarkConsumerServerTime(b *testing.B) {
+	const n = 50000
+	var server, nested, cpu int64
+	var took time.Duration
+	for range b.N {
+		b.StopTimer()
+		be, rc := newBackend(b)
+		hook := &topLevel{names: map[string]bool{}}
+		rc.AddHook(hook)
+		c := rheo.New(be)
+		ctx := context.Background()
+		require.NoError(b, c.CreateStream(ctx, "srv", rheo.StreamConfig{Partitions: 4}))
+		require.NoError(b, c.CreateGroup(ctx, "srv", "g", rheo.GroupConfig{}))
+		batch := make([]rheo.Message, 100)
+		for i := 0; i < n; i += 100 {
+			for j := range batch {
+				batch[j] = rheo.Message{Type: "order.placed", Key: fmt.Sprint(i + j), Payload: benchPayload(i + j)}
+			}
+			_, err := c.AppendBatch(ctx, "srv", batch)
+			require.NoError(b, err)
+		}
+		var handled atomic.Int64
+		all := make(chan struct{})
+		k, err := c.NewConsumer(rheo.ConsumerConfig{
+			Stream: "srv", Group: "g", Concurrency: 100,
+			Handler: func(context.Context, rheo.Event) error {
+				if handled.Add(1) == n {
+					close(all)
+				}
+				return nil
+			},
+		})
+		require.NoError(b, err)
+		hook.mu.Lock()
+		clear(hook.names)
+		hook.mu.Unlock()
+		s0 := commandStats(b, rc)
+		runCtx, cancel := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		b.StartTimer()
+		start := time.Now()
+		go func() { ran <- k.Run(runCtx) }()
+		select {
+		case <-all:
+		case err := <-ran:
+			cancel()
+			b.Fatalf("consumer stopped early: %v", err)
+		}
+		require.NoError(b, k.Drain(ctx))
+		elapsed := time.Since(start)
+		b.StopTimer()
+		require.NoError(b, <-ran)
+		cancel()
+		s1 := commandStats(b, rc)
+		hook.mu.Lock()
+		top := maps.Clone(hook.names)
+		hook.mu.Unlock()
+		cpu += s1["cpu"].usec - s0["cpu"].usec
+		delete(s1, "cpu")
+		for _, name := range slices.Sorted(maps.Keys(s1)) {
+			d := s1[name].usec - s0[name].usec
+			if calls := s1[name].calls - s0[name].calls; calls > 0 {
+				b.Logf("%-16s %8d calls %9d µs %6.3f µs/event", name, calls, d, float64(d)/n)
+			}
+			switch {
+			case strings.HasPrefix(name, "eval"), top[name], name == "hello", strings.HasPrefix(name, "ssub"), strings.HasPrefix(name, "sunsub"):
+				// Sent by the client (the subscriber connection's
+				// commands bypass the hook).
+				server += d
+			default:
+				nested += d
+			}
+		}
+		lag, err := c.Lag(ctx, "srv", "g")
+		require.NoError(b, err)
+		require.Zero(b, lag.Total)
+		took += elapsed
+	}
+	events := float64(n * b.N)
+	b.ReportMetric(float64(server)/events, "server-µs/event")
+	b.ReportMetric(float64(nested)/events, "script-cmd-µs/event")
+	b.ReportMetric(float64(cpu)/events, "server-cpu-µs/event")
+	b.ReportMetric(events/took.Seconds(), "events/s")
 }

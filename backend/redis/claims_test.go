@@ -365,6 +365,34 @@ func TestLeasesWrittenByEarlierVersions(t *testing.T) {
 	require.Zero(t, lag.Total)
 }
 
+// TestDueSetsStaySkiplists: a fetch adds a never-due pin to the due sets
+// it writes, which keeps them in Redis's skiplist encoding (a listpack's
+// inserts and removals scan it: a run of them is quadratic), and the pin
+// goes with the last lease, so a group with nothing in flight keeps no due
+// set.
+func TestDueSetsStaySkiplists(t *testing.T) {
+	b, rc := newBackend(t)
+	c, clk, ls := leased(t, b, "log", "g", 2, 6, 1, time.Minute, "w")
+	ctx := context.Background()
+	gb := b.KeyPrefix() + "{log}:g:g:"
+	for p := range 2 {
+		require.Equal(t, "skiplist", rc.ObjectEncoding(ctx, fmt.Sprintf("%sd:%d", gb, p)).Val())
+	}
+	require.NoError(t, c.AckBatch(ctx, ls[1:]))
+	require.Equal(t, "skiplist", rc.ObjectEncoding(ctx, fmt.Sprintf("%sd:%d", gb, ls[0].Event.Partition)).Val())
+	require.Zero(t, rc.Exists(ctx, fmt.Sprintf("%sd:%d", gb, 1-ls[0].Event.Partition)).Val())
+	// The last lease expires at its attempt limit: the fetch dead-letters
+	// it, and its due set goes.
+	clk.Advance(2 * time.Minute)
+	again, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, again)
+	require.Zero(t, rc.Exists(ctx, gb+"d:0", gb+"d:1", gb+"l:0", gb+"l:1").Val())
+	dl, err := c.DeadLetters(ctx, "log", "g", rheo.DeadLetterOptions{})
+	require.NoError(t, err)
+	require.Len(t, dl, 1)
+}
+
 // TestMixedSettleBatch: one settle batch of acks, nacks, rejects, stale
 // leases and wrong receipts, the way the consumer runtime sends them, gives
 // each request its own outcome, reason and delay on Redis exactly as on the

@@ -333,14 +333,14 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		})
 		return nil
 	}
-	// Runs of claims per partition (see fetchScript): fresh entries as the
-	// stream returned them, leased with the lease IDs from index first on,
+	// Runs of claims per partition (see fetchScript): fresh entries as
+	// (seq, fields) pairs, leased with the lease IDs from index first on,
 	// or rows of deliveries claimed again.
 	for i := 0; i+2 < len(flat); i += 3 {
 		p, err1 := toInt(flat[i])
 		first, err2 := toInt(flat[i+1])
 		data, ok := flat[i+2].([]any)
-		if err1 != nil || err2 != nil || !ok || first < 0 || (first > 0 && first-1+int64(len(data)) > int64(len(leaseIDs))) {
+		if err1 != nil || err2 != nil || !ok || first < 0 || (first > 0 && (len(data)%2 != 0 || first-1+int64(len(data)/2) > int64(len(leaseIDs)))) {
 			return nil, malformed(nil)
 		}
 		if first == 0 {
@@ -356,16 +356,12 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 			}
 			continue
 		}
-		for j, x := range data {
-			ent, _ := x.([]any)
-			if len(ent) != 2 {
-				return nil, malformed(nil)
-			}
-			seq, err := entrySeq(toStr(ent[0]))
+		for j := 0; j+1 < len(data); j += 2 {
+			seq, err := strconv.ParseInt(toStr(data[j]), 10, 64)
 			if err != nil {
 				return nil, malformed(nil)
 			}
-			if err := lease(int(p), seq, leaseIDs[int(first)-1+j], 1, ent[1]); err != nil {
+			if err := lease(int(p), seq, leaseIDs[int(first)-1+j/2], 1, data[j+1]); err != nil {
 				return nil, err
 			}
 		}
@@ -409,27 +405,84 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNack: "n", rheo.SettleReject: "r"}
 
 // Settle implements rheo.Backend: the whole batch is one script.
+//
+// The requests go to the script grouped by partition (in request order
+// within each partition, as Append sends events), as three lists: their
+// sequences, their lease IDs and their event IDs; what is not an ack with
+// its own receipt follows by index. See settleScript.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
-	base := b.streamBase(stream)
-	args := make([]any, 0, 4+6*len(reqs))
-	args = append(args, groupBase(base, group), group, micros(now), len(reqs))
-	var extra []any
 	for _, r := range reqs {
-		kind, ok := settleKinds[r.Kind]
-		if !ok {
+		if _, ok := settleKinds[r.Kind]; !ok {
 			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
 		}
+	}
+	// order[k] is the request index of the k-th request sent.
+	type pos struct {
+		p   int
+		seq int64
+	}
+	type part struct {
+		p, n, at int
+		repeats  bool
+	}
+	parts := make([]part, 0, 8)
+	pi := make(map[int]int, 8)
+	seen := make(map[pos]struct{}, len(reqs))
+	for _, r := range reqs {
+		e := r.Lease.Event
+		i, ok := pi[e.Partition]
+		if !ok {
+			i = len(parts)
+			pi[e.Partition] = i
+			parts = append(parts, part{p: e.Partition})
+		}
+		parts[i].n++
+		if _, dup := seen[pos{e.Partition, e.Sequence}]; dup {
+			parts[i].repeats = true
+		}
+		seen[pos{e.Partition, e.Sequence}] = struct{}{}
+	}
+	at := 0
+	for i := range parts {
+		parts[i].at = at
+		at += parts[i].n
+	}
+	order := make([]int, len(reqs))
+	for i, r := range reqs {
+		g := &parts[pi[r.Lease.Event.Partition]]
+		order[g.at] = i
+		g.at++
+	}
+	base := b.streamBase(stream)
+	args := make([]any, 0, 4+3*len(parts)+3*len(reqs))
+	args = append(args, groupBase(base, group), group, micros(now), len(reqs), len(parts))
+	for _, g := range parts {
+		repeats := 0
+		if g.repeats {
+			repeats = 1
+		}
+		args = append(args, g.p, g.n, repeats)
+	}
+	for _, i := range order {
+		args = append(args, reqs[i].Lease.Event.Sequence)
+	}
+	for _, i := range order {
+		args = append(args, reqs[i].Lease.ID)
+	}
+	for _, i := range order {
+		args = append(args, reqs[i].Lease.Event.ID)
+	}
+	for k, i := range order {
+		r := reqs[i]
 		switch {
 		case r.Lease.Receipt != entryID(r.Lease.Event.Sequence):
-			kind = "x" // refused with ErrReceiptMismatch unless the lease is stale
+			args = append(args, k+1, "x") // refused with ErrReceiptMismatch unless the lease is stale
 		case r.Kind == rheo.SettleNack:
-			extra = append(extra, r.AvailableAt.UnixMicro(), r.Reason)
+			args = append(args, k+1, "n", r.AvailableAt.UnixMicro(), r.Reason)
 		case r.Kind == rheo.SettleReject:
-			extra = append(extra, r.Reason)
+			args = append(args, k+1, "r", r.Reason)
 		}
-		args = append(args, kind, r.Lease.Event.Partition, r.Lease.Event.Sequence, r.Lease.ID, r.Lease.Event.ID)
 	}
-	args = append(args, extra...)
 	v, err := b.run(ctx, settleScript, base, args...)
 	if err != nil {
 		if nf := notFound(err, stream, group); nf != nil {
@@ -442,8 +495,9 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: settle in group %q of stream %q: malformed reply", group, stream)
 	}
 	errs := make([]error, len(reqs))
-	for i, c := range codes {
+	for k, c := range codes {
 		code, _ := c.(int64)
+		i := order[k]
 		errs[i] = leaseErr(code, reqs[i].Lease)
 	}
 	return errs, nil

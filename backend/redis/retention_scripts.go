@@ -135,6 +135,7 @@ for _, g in ipairs(gs) do
     bulk({'HDEL', lkey}, seqs, 1000)
     bulk({'HDEL', gb .. 'c:' .. p}, seqs, 1000)
     bulk({'ZREM', gb .. 'd:' .. p}, seqs, 1000)
+    unpin(gb .. 'd:' .. p)
     bulk({'XACK', sk, g.name}, acks, 1000)
   end
   redis.call('ZREMRANGEBYSCORE', gb .. 't:' .. p, '-inf', fmt(through))

@@ -24,27 +24,53 @@ local function skey(p) return base .. 's:' .. p end
 local function bulk(head, list, step, tail)
   -- Lua's unpack has a small stack: send long argument lists in chunks.
   -- head is the command and its leading arguments; replies are returned.
+  -- Heads of two to four arguments without a tail (most calls) pass the
+  -- list's chunk straight to the command instead of copying it.
   local replies = {}
   local n = #list
+  local h = #head
   local i = 1
   while i <= n do
     local j = math.min(i + step - 1, n)
-    local args = {}
-    for _, h in ipairs(head) do args[#args + 1] = h end
-    for k = i, j do args[#args + 1] = list[k] end
-    if tail then for _, t in ipairs(tail) do args[#args + 1] = t end end
-    replies[#replies + 1] = redis.call(unpack(args))
+    if tail == nil and h == 2 then
+      replies[#replies + 1] = redis.call(head[1], head[2], unpack(list, i, j))
+    elseif tail == nil and h == 3 then
+      replies[#replies + 1] = redis.call(head[1], head[2], head[3], unpack(list, i, j))
+    elseif tail == nil and h == 4 then
+      replies[#replies + 1] = redis.call(head[1], head[2], head[3], head[4], unpack(list, i, j))
+    else
+      local args = {}
+      for _, x in ipairs(head) do args[#args + 1] = x end
+      for k = i, j do args[#args + 1] = list[k] end
+      if tail then for _, t in ipairs(tail) do args[#args + 1] = t end end
+      replies[#replies + 1] = redis.call(unpack(args))
+    end
     i = j + 1
   end
   return replies
 end
-local function mget(key, list)
-  -- HMGET of any number of fields, as one flat list (false where missing).
+local function mrange(key, a, b)
+  -- HMGET of the fields ARGV[a..b], as one flat list (false where missing).
+  if b < a then return {} end
+  if b - a < 1000 then return redis.call('HMGET', key, unpack(ARGV, a, b)) end
   local out = {}
-  for _, r in ipairs(bulk({'HMGET', key}, list, 1000)) do
-    for _, v in ipairs(r) do out[#out + 1] = v end
+  local i = a
+  while i <= b do
+    local j = math.min(i + 999, b)
+    for _, v in ipairs(redis.call('HMGET', key, unpack(ARGV, i, j))) do out[#out + 1] = v end
+    i = j + 1
   end
   return out
+end
+-- DUE_PIN is a member the fetch adds to every due set it writes (d:<p>),
+-- scored +inf, so never due. It is longer than zset-max-listpack-value
+-- (64 by default), which keeps the set in Redis's skiplist encoding: a
+-- listpack takes a scan per insert and removal, so a fetch's run of ZADDs
+-- cost time quadratic in the leases of the partition.
+local DUE_PIN = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~'
+local function unpin(dkey)
+  -- A due set holding only DUE_PIN goes, like an empty one.
+  if redis.call('ZCARD', dkey) == 1 then redis.call('ZREM', dkey, DUE_PIN) end
 end
 local function need_stream()
   if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -84,6 +110,12 @@ local function getF(p)
     F[p] = f
   end
   return f
+end
+-- forget_claims removes the claim records (c:<p>, written only by earlier
+-- versions) of the given sequences, if the partition has any.
+local function forget_claims(p, list)
+  local ckey = gb .. 'c:' .. p
+  if redis.call('EXISTS', ckey) == 1 then bulk({'HDEL', ckey}, list, 1000) end
 end
 local function mark_terminal(p, seq)
   local t = term[p]
@@ -313,11 +345,12 @@ return 1
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
 // limit fresh lease IDs, then the consumer ID. Returns flat triples, one
 // per run of claims from one partition: partition, then either the index
-// (1-based) of the first fresh lease ID the run used and the stream entries
-// as XREADGROUP returned them (events not offered before: attempt 1, lease
-// IDs in entry order), or 0 and flat rows of 4 (seq, lease ID, attempt,
-// entry fields) for deliveries claimed again. Handing the entries back as
-// they came spares the interpreter a row per event.
+// (1-based) of the first fresh lease ID the run used and flat pairs (seq,
+// entry fields as XREADGROUP returned them) for events not offered before
+// (attempt 1, lease IDs in entry order), or 0 and flat rows of 4 (seq,
+// lease ID, attempt, entry fields) for deliveries claimed again. The flat
+// pairs spare the interpreter a row per event, and Redis the conversion of
+// a table per entry back into a reply.
 //
 // A lease is the field of its sequence in l:<p>, valued "<lease ID>:<attempt>
 // :<claimed at (µs)>:<consumer ID>" (one write per claim; what ListLeases
@@ -376,10 +409,13 @@ local function scan_due(p)
     end
     i = j + 1
   end
-  if #drop > 0 then bulk({'ZREM', dkey}, drop, 1000) end
+  if #drop > 0 then
+    bulk({'ZREM', dkey}, drop, 1000)
+    unpin(dkey)
+  end
   if #poison > 0 then
     bulk({'HDEL', lkey}, poison, 1000)
-    bulk({'HDEL', gb .. 'c:' .. p}, poison, 1000)
+    forget_claims(p, poison)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
   table.sort(nums)
@@ -415,7 +451,7 @@ local function take(p, want)
       got = got + 1
     end
     bulk({'HSET', lkey}, hset, 1000)
-    bulk({'ZADD', dkey}, zadd, 1000)
+    bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
     local red = {}
     for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
       for _, ent in ipairs(r) do
@@ -437,20 +473,23 @@ local function take(p, want)
     local n = #ents
     if n < want - got then newdone[p] = true end
     if n > 0 then
-      local hset, zadd, nh = {}, {}, 0
+      local hset, zadd, flat, nh = {}, {}, {}, 0
       local first = used + 1
       for x = 1, n do
-        local ss = string.match(ents[x][1], '^(%d+)')
+        local ent = ents[x]
+        local ss = string.match(ent[1], '^(%d+)')
         used = used + 1
         hset[nh + 1] = ss
         hset[nh + 2] = ARGV[idbase + used] .. ':1' .. claimed
         zadd[nh + 1] = exp
         zadd[nh + 2] = ss
+        flat[nh + 1] = ss
+        flat[nh + 2] = ent[2]
         nh = nh + 2
       end
       bulk({'HSET', lkey}, hset, 1000)
-      bulk({'ZADD', dkey}, zadd, 1000)
-      out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = ents
+      bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
+      out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
       nout = nout + 3
       got = got + n
     end
@@ -483,91 +522,109 @@ flush_frontier()
 return out
 `)
 
-// settle: ARGV[4] now, ARGV[5] n, then 5 fields per request: kind (a, n,
-// r; x for a request whose receipt is not its position's entry ID, which
-// the client checks), partition, seq, lease ID, event ID; then, in request
-// order, available-at (µs) and reason of each nack and the reason of each
-// reject (an ack, the usual request, carries no more than it needs). A
-// lease settles only if its lease ID is current and its event ID is the
-// event stored at its position (fencing on both, like every backend).
-// Returns one code per request: 0 settled, 1 stale lease, 2 receipt
-// mismatch (after the fence, as on every backend).
+// settle: ARGV[4] now, ARGV[5] n, ARGV[6] g, the number of partition
+// groups; then g triples (partition, count, repeats: 1 if a position comes
+// twice in the group, else 0); then the n sequences, the n lease IDs and
+// the n event IDs, each list in the same order: grouped by partition in
+// order of first appearance, in request order within a partition (see
+// Settle). Then, for each request that is not an ack, in that order: its
+// index in that order (1-based) and its kind (n, r; x for a request whose
+// receipt is not its position's entry ID, which the client checks), and for
+// a nack its available-at (µs) and reason, for a reject its reason. An ack,
+// the usual request, carries its three fields and nothing more, and each
+// list is one ARGV range that HMGET takes as it is. A lease settles only if
+// its lease ID is current and its event ID is the event stored at its
+// position (fencing on both, like every backend). Returns one code per
+// request in that order: 0 settled, 1 stale lease, 2 receipt mismatch
+// (after the fence, as on every backend).
 var settleScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = ARGV[4]
 local n = tonumber(ARGV[5])
--- The leases and the event-ID fences of the whole batch are read first:
--- one HMGET per partition, one for the IDs. lv then follows what this
--- script writes, so that a lease named twice in the batch is settled once.
-local seqs, eids = {}, {}
-for i = 1, n do
-  local o = 5 + (i - 1) * 5
-  local p = ARGV[o + 2]
-  local l = seqs[p]
-  if l == nil then l = {}; seqs[p] = l end
-  l[#l + 1] = ARGV[o + 3]
-  eids[i] = ARGV[o + 5]
-end
-local lv = {}
-for p, l in pairs(seqs) do
-  local vals = mget(gb .. 'l:' .. p, l)
-  for x, ss in ipairs(l) do lv[p .. ':' .. ss] = vals[x] end
-end
-local at = mget(base .. 'ids', eids)
-local res = {}
-local rm = {}
-local woke = false
-local ex = 6 + n * 5
-for i = 1, n do
-  local o = 5 + (i - 1) * 5
-  local kind, p, ss, lid = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
-  local avail, reason
-  if kind == 'n' then
-    avail, reason = ARGV[ex], ARGV[ex + 1]
-    ex = ex + 2
-  elseif kind == 'r' then
-    reason = ARGV[ex]
-    ex = ex + 1
-  end
-  local key = p .. ':' .. ss
-  local v = lv[key]
-  local cur, att
-  if v then cur, att = string.match(v, '^([^:]*):(%d+)') end
-  if not v or cur == '' or cur ~= lid or at[i] ~= key then
-    res[i] = 1
-  elseif kind == 'x' then
-    res[i] = 2
+local g = tonumber(ARGV[6])
+local sb = 6 + 3 * g -- ARGV[sb + i]: sequence of request i
+local lb = sb + n    -- ARGV[lb + i]: its lease ID
+local eb = lb + n    -- ARGV[eb + i]: its event ID
+local kinds, avails, reasons = {}, {}, {}
+local x = eb + n + 1
+while x <= #ARGV do
+  local i, k = tonumber(ARGV[x]), ARGV[x + 1]
+  kinds[i] = k
+  if k == 'n' then
+    avails[i], reasons[i] = ARGV[x + 2], ARGV[x + 3]
+    x = x + 4
+  elseif k == 'r' then
+    reasons[i] = ARGV[x + 2]
+    x = x + 3
   else
-    res[i] = 0
-    att = tonumber(att)
-    local seq = tonumber(ss)
-    if kind == 'n' and att < maxA then
-      lv[key] = ':' .. fmt(att)
-      redis.call('HSET', gb .. 'l:' .. p, ss, lv[key])
-      redis.call('ZADD', gb .. 'd:' .. p, avail, ss)
-      woke = true
+    x = x + 2
+  end
+end
+local at = mrange(base .. 'ids', eb + 1, eb + n)
+local res = {}
+local woke = false
+local q = 0
+for gi = 1, g do
+  local p = ARGV[4 + 3 * gi]
+  local c = tonumber(ARGV[5 + 3 * gi])
+  local lkey = gb .. 'l:' .. p
+  -- The group's leases are read at once; written follows what this script
+  -- writes when a position comes twice, so that it is settled once.
+  local vals = mrange(lkey, sb + q + 1, sb + q + c)
+  local written = nil
+  if ARGV[6 + 3 * gi] == '1' then written = {} end
+  local rm = {}
+  for k = 1, c do
+    local i = q + k
+    local ss, lid = ARGV[sb + i], ARGV[lb + i]
+    local v = vals[k]
+    if written then
+      local w = written[ss]
+      if w ~= nil then v = w end
+    end
+    -- v is current if it starts with "<lid>:" (lid not empty, without ':').
+    if not v or lid == '' or string.find(v, lid, 1, true) ~= 1 or string.byte(v, #lid + 1) ~= 58
+      or string.find(lid, ':', 1, true) or at[i] ~= p .. ':' .. ss then
+      res[i] = 1
     else
-      lv[key] = false
-      local r = rm[p]
-      if r == nil then r = {}; rm[p] = r end
-      r[#r + 1] = ss
-      if kind == 'a' then
-        mark_terminal(p, seq)
-      elseif kind == 'r' then
-        dead(p, seq, att, reason, now)
+      local kind = kinds[i] or 'a'
+      if kind == 'x' then
+        res[i] = 2
       else
-        dead(p, seq, att, 'max_attempts: ' .. reason, now)
+        res[i] = 0
+        local seq = tonumber(ss)
+        local att
+        if kind ~= 'a' then att = tonumber(string.match(v, '^[^:]*:(%d+)')) end
+        if kind == 'n' and att < maxA then
+          local w = ':' .. fmt(att)
+          if written then written[ss] = w end
+          redis.call('HSET', lkey, ss, w)
+          redis.call('ZADD', gb .. 'd:' .. p, avails[i], ss)
+          woke = true
+        else
+          if written then written[ss] = false end
+          rm[#rm + 1] = ss
+          if kind == 'a' then
+            mark_terminal(p, seq)
+          elseif kind == 'r' then
+            dead(p, seq, att, reasons[i], now)
+          else
+            dead(p, seq, att, 'max_attempts: ' .. reasons[i], now)
+          end
+        end
       end
     end
   end
-end
-for p, list in pairs(rm) do
-  bulk({'HDEL', gb .. 'l:' .. p}, list, 1000)
-  bulk({'HDEL', gb .. 'c:' .. p}, list, 1000)
-  bulk({'ZREM', gb .. 'd:' .. p}, list, 1000)
-  local ids = {}
-  for i, ss in ipairs(list) do ids[i] = ss .. '-0' end
-  bulk({'XACK', skey(p), group}, ids, 1000)
+  if #rm > 0 then
+    bulk({'HDEL', lkey}, rm, 1000)
+    forget_claims(p, rm)
+    local dkey = gb .. 'd:' .. p
+    bulk({'ZREM', dkey}, rm, 1000)
+    unpin(dkey)
+    -- XACK reads a bare sequence as the entry ID <sequence>-0.
+    bulk({'XACK', skey(p), group}, rm, 1000)
+  end
+  q = q + c
 end
 flush_frontier()
 if woke then wake() end
@@ -717,8 +774,9 @@ for i = 1, nf do
   end
   if #drop > 0 then
     bulk({'HDEL', lkey}, drop, 1000)
-    bulk({'HDEL', gb .. 'c:' .. p}, drop, 1000)
+    forget_claims(p, drop)
     bulk({'ZREM', dkey}, drop, 1000)
+    unpin(dkey)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
   redis.call('ZREMRANGEBYSCORE', gb .. 't:' .. p, '(' .. fmt(s), '+inf')
