@@ -137,14 +137,7 @@ func BenchmarkMemory(b *testing.B) {
 		require.NoError(b, c.CreateStream(ctx, "mem", rheo.StreamConfig{Partitions: 4}))
 		require.NoError(b, c.CreateGroup(ctx, "mem", "g", rheo.GroupConfig{}))
 		m0 := usedMemory(b, rc)
-		batch := make([]rheo.Message, 100)
-		for i := 0; i < n; i += 100 {
-			for j := range batch {
-				batch[j] = rheo.Message{Type: "order.placed", Key: fmt.Sprint(i + j), Payload: benchPayload(i + j)}
-			}
-			_, err := c.AppendBatch(ctx, "mem", batch)
-			require.NoError(b, err)
-		}
+		appendOrders(b, c, "mem", n)
 		m1 := usedMemory(b, rc)
 		for i := 0; i < n; i += 1000 {
 			_, err := c.Fetch(ctx, "mem", "g", rheo.FetchOptions{Limit: 1000, LeaseDuration: time.Hour})
@@ -280,14 +273,7 @@ func BenchmarkConsumerServerTime(b *testing.B) {
 		ctx := context.Background()
 		require.NoError(b, c.CreateStream(ctx, "srv", rheo.StreamConfig{Partitions: 4}))
 		require.NoError(b, c.CreateGroup(ctx, "srv", "g", rheo.GroupConfig{}))
-		batch := make([]rheo.Message, 100)
-		for i := 0; i < n; i += 100 {
-			for j := range batch {
-				batch[j] = rheo.Message{Type: "order.placed", Key: fmt.Sprint(i + j), Payload: benchPayload(i + j)}
-			}
-			_, err := c.AppendBatch(ctx, "srv", batch)
-			require.NoError(b, err)
-		}
+		appendOrders(b, c, "srv", n)
 		var handled atomic.Int64
 		all := make(chan struct{})
 		k, err := c.NewConsumer(rheo.ConsumerConfig{
@@ -350,4 +336,16 @@ func BenchmarkConsumerServerTime(b *testing.B) {
 	b.ReportMetric(float64(nested)/events, "script-cmd-µs/event")
 	b.ReportMetric(float64(cpu)/events, "server-cpu-µs/event")
 	b.ReportMetric(events/took.Seconds(), "events/s")
+}
+
+// appendOrders appends n order events to stream in batches of 100.
+func appendOrders(b *testing.B, c *rheo.Client, stream string, n int) {
+	batch := make([]rheo.Message, 100)
+	for i := 0; i < n; i += 100 {
+		for j := range batch {
+			batch[j] = rheo.Message{Type: "order.placed", Key: fmt.Sprint(i + j), Payload: benchPayload(i + j)}
+		}
+		_, err := c.AppendBatch(context.Background(), stream, batch)
+		require.NoError(b, err)
+	}
 }

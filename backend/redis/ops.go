@@ -122,31 +122,9 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 	if len(events) == 0 {
 		return []rheo.Event{}, nil
 	}
-	// Group by partition, keeping the order of first appearance: order[k]
-	// is the input index of the k-th event sent.
-	type group struct{ p, n, at int }
-	groups := make([]group, 0, 8)
-	gi := make(map[int]int, 8)
-	for _, e := range events {
-		i, ok := gi[e.Partition]
-		if !ok {
-			i = len(groups)
-			gi[e.Partition] = i
-			groups = append(groups, group{p: e.Partition})
-		}
-		groups[i].n++
-	}
-	at := 0
-	for i := range groups {
-		groups[i].at = at
-		at += groups[i].n
-	}
-	order := make([]int, len(events))
+	groups, order := byPartition(len(events), func(i int) int { return events[i].Partition })
 	size := 0
-	for i, e := range events {
-		g := &groups[gi[e.Partition]]
-		order[g.at] = i
-		g.at++
+	for _, e := range events {
 		size += len(e.ID) + len(e.Type) + len(e.Key) + len(e.Payload) + 48
 	}
 	base := b.streamBase(stream)
@@ -416,52 +394,31 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
 		}
 	}
-	// order[k] is the request index of the k-th request sent.
+	parts, order := byPartition(len(reqs), func(i int) int { return reqs[i].Lease.Event.Partition })
+	// A partition whose requests name one position twice is flagged: the
+	// script then follows its own writes there.
 	type pos struct {
 		p   int
 		seq int64
 	}
-	type part struct {
-		p, n, at int
-		repeats  bool
-	}
-	parts := make([]part, 0, 8)
-	pi := make(map[int]int, 8)
+	repeats := make(map[int]bool)
 	seen := make(map[pos]struct{}, len(reqs))
 	for _, r := range reqs {
-		e := r.Lease.Event
-		i, ok := pi[e.Partition]
-		if !ok {
-			i = len(parts)
-			pi[e.Partition] = i
-			parts = append(parts, part{p: e.Partition})
+		k := pos{r.Lease.Event.Partition, r.Lease.Event.Sequence}
+		if _, dup := seen[k]; dup {
+			repeats[k.p] = true
 		}
-		parts[i].n++
-		if _, dup := seen[pos{e.Partition, e.Sequence}]; dup {
-			parts[i].repeats = true
-		}
-		seen[pos{e.Partition, e.Sequence}] = struct{}{}
-	}
-	at := 0
-	for i := range parts {
-		parts[i].at = at
-		at += parts[i].n
-	}
-	order := make([]int, len(reqs))
-	for i, r := range reqs {
-		g := &parts[pi[r.Lease.Event.Partition]]
-		order[g.at] = i
-		g.at++
+		seen[k] = struct{}{}
 	}
 	base := b.streamBase(stream)
 	args := make([]any, 0, 4+3*len(parts)+3*len(reqs))
 	args = append(args, groupBase(base, group), group, micros(now), len(reqs), len(parts))
 	for _, g := range parts {
-		repeats := 0
-		if g.repeats {
-			repeats = 1
+		flag := 0
+		if repeats[g.p] {
+			flag = 1
 		}
-		args = append(args, g.p, g.n, repeats)
+		args = append(args, g.p, g.n, flag)
 	}
 	for _, i := range order {
 		args = append(args, reqs[i].Lease.Event.Sequence)
@@ -682,4 +639,38 @@ func (b *Backend) rotate(group string, k int) int {
 	n := b.rr[group]
 	b.rr[group] = n + 1
 	return n % k
+}
+
+// partGroup is a run of a batch's items in one partition: n of them.
+type partGroup struct{ p, n int }
+
+// byPartition groups items 0..n-1 by partition, partitions in order of
+// first appearance and items in input order within each: order[k] is the
+// input index of the k-th item sent.
+func byPartition(n int, partOf func(i int) int) ([]partGroup, []int) {
+	groups := make([]partGroup, 0, 8)
+	gi := make(map[int]int, 8)
+	for i := range n {
+		p := partOf(i)
+		g, ok := gi[p]
+		if !ok {
+			g = len(groups)
+			gi[p] = g
+			groups = append(groups, partGroup{p: p})
+		}
+		groups[g].n++
+	}
+	next := make([]int, len(groups))
+	at := 0
+	for g := range groups {
+		next[g] = at
+		at += groups[g].n
+	}
+	order := make([]int, n)
+	for i := range n {
+		g := gi[partOf(i)]
+		order[next[g]] = i
+		next[g]++
+	}
+	return groups, order
 }
