@@ -73,11 +73,11 @@ fresh1 AS (
 	FROM gp CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.id FROM {S}rheo_events x
 		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
-		ORDER BY x.seq LIMIT ($4 + cardinality($3::int[]) - 1) / cardinality($3::int[])
+		ORDER BY x.seq LIMIT $12::int
 	) e
 ),
 enough AS (
-	SELECT bool_and(coalesce(c.n, 0) >= ($4 + cardinality($3::int[]) - 1) / cardinality($3::int[])) AS ok
+	SELECT bool_and(coalesce(c.n, 0) >= $12::int) AS ok
 	FROM unnest($3::int[]) AS p(part)
 	LEFT JOIN (
 		SELECT part, count(*) AS n FROM (SELECT part FROM old UNION ALL SELECT part FROM fresh1) u GROUP BY part
@@ -104,7 +104,7 @@ cand AS (
 ),
 cnt AS (
 	SELECT p.part, (p.part - $10 + 1024) % 1024 AS ri, coalesce(c.n, 0) AS n,
-		least(($4 + cardinality($3::int[]) - 1) / cardinality($3::int[]), coalesce(c.n, 0)) AS q
+		least($12::int, coalesce(c.n, 0)) AS q
 	FROM unnest($3::int[]) AS p(part)
 	LEFT JOIN (SELECT part, count(*) AS n FROM cand GROUP BY part) c ON c.part = p.part
 ),
@@ -198,6 +198,10 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	}
 }
 
+// quota is a partition's first share of a fetch of limit from k
+// partitions ($12 of fetchSQL): limit / k, rounded up.
+func quota(limit, k int) int { return (limit + max(k, 1) - 1) / max(k, 1) }
+
 func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
 	first int32, now, exp int64) ([]rheo.Lease, int, error) {
 	// The claim commits without waiting for its WAL flush (one round trip
@@ -213,7 +217,7 @@ func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g gr
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
 	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
-		g.maxAttempts, first, poisonReason)
+		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)))
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()

@@ -68,11 +68,11 @@ func TestHotPathPlans(t *testing.T) {
 		lids[i] = "00000000-0000-0000-0000-000000000000"
 	}
 	now := time.Now().UnixMicro()
-	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r")
+	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r", 25)
 	// An hour on, the leases just taken have expired: the fetch takes them
 	// again (the redelivery path) and dead-letters none (limit 5).
 	later := now + 3600*1000000
-	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, later, later+30000000, "c", lids, 5, int32(0), "r")
+	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, later, later+30000000, "c", lids, 5, int32(0), "r", 25)
 	parts2 := make([]int32, len(ls))
 	seqs := make([]int64, len(ls))
 	l2 := make([]string, len(ls))

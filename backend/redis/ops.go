@@ -389,12 +389,6 @@ var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNac
 // sequences, their lease IDs and their event IDs; what is not an ack with
 // its own receipt follows by index. See settleScript.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
-	for _, r := range reqs {
-		if _, ok := settleKinds[r.Kind]; !ok {
-			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
-		}
-	}
-	parts, order := byPartition(len(reqs), func(i int) int { return reqs[i].Lease.Event.Partition })
 	// A partition whose requests name one position twice is flagged: the
 	// script then follows its own writes there.
 	type pos struct {
@@ -404,12 +398,16 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	repeats := make(map[int]bool)
 	seen := make(map[pos]struct{}, len(reqs))
 	for _, r := range reqs {
+		if _, ok := settleKinds[r.Kind]; !ok {
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
+		}
 		k := pos{r.Lease.Event.Partition, r.Lease.Event.Sequence}
 		if _, dup := seen[k]; dup {
 			repeats[k.p] = true
 		}
 		seen[k] = struct{}{}
 	}
+	parts, order := byPartition(len(reqs), func(i int) int { return reqs[i].Lease.Event.Partition })
 	base := b.streamBase(stream)
 	args := make([]any, 0, 4+3*len(parts)+3*len(reqs))
 	args = append(args, groupBase(base, group), group, micros(now), len(reqs), len(parts))

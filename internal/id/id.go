@@ -90,15 +90,7 @@ const hexDigits = "0123456789abcdef"
 
 // Event returns a new event ID: a UUIDv7, so IDs sort by creation (strictly
 // within one process, by millisecond across processes).
-func Event() string {
-	t := now()
-	v7.mu.Lock()
-	x := nextLocked(t)
-	v7.mu.Unlock()
-	var b [36]byte
-	x.encode(b[:])
-	return string(b[:])
-}
+func Event() string { return Events(1) }
 
 // Events returns n new event IDs, as Event makes them, concatenated (36
 // bytes each, in increasing order): one allocation for a whole batch, and
