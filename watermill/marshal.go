@@ -93,15 +93,58 @@ func storableAsIs(p []byte, verify bool) bool {
 	if len(p) < 2 || p[0] != '{' || p[len(p)-1] != '}' {
 		return false
 	}
-	if !utf8.Valid(p) || bytes.Contains(p, []byte(`\u0000`)) || (verify && !json.Valid(p)) {
-		return false
-	}
-	if hasWhitespaceOutsideStrings(p) {
+	if !compactText(p) || (verify && !json.Valid(p)) {
 		return false
 	}
 	_, wrapped, _ := unwrap(p)
 	return !wrapped
 }
+
+// compactText is utf8.Valid(p) && !bytes.Contains(p, []byte(`\u0000`)) &&
+// !hasWhitespaceOutsideStrings(p), in one pass over ASCII text (the usual
+// case): most bytes cost a table lookup.
+func compactText(p []byte) bool {
+	in, esc := false, false
+	for i := 0; i < len(p); i++ {
+		k := textClass[p[i]]
+		if k == plain && !esc {
+			continue
+		}
+		switch {
+		case k == nonASCII:
+			return utf8.Valid(p) && !bytes.Contains(p, []byte(`\u0000`)) && !hasWhitespaceOutsideStrings(p)
+		case k == backslash && bytes.HasPrefix(p[i+1:], []byte("u0000")):
+			return false
+		case esc:
+			esc = false
+		case k == backslash:
+			esc = in
+		case k == quote:
+			in = !in
+		case k == space && !in:
+			return false
+		}
+	}
+	return true
+}
+
+// The classes of bytes compactText tells apart.
+const (
+	plain = iota
+	quote
+	backslash
+	space
+	nonASCII
+)
+
+var textClass = func() (t [256]uint8) {
+	t['"'], t['\\'] = quote, backslash
+	t[' '], t['\t'], t['\n'], t['\r'] = space, space, space, space
+	for c := utf8.RuneSelf; c < 256; c++ {
+		t[c] = nonASCII
+	}
+	return t
+}()
 
 // hasWhitespaceOutsideStrings reports insignificant whitespace in valid JSON.
 func hasWhitespaceOutsideStrings(p []byte) bool {
