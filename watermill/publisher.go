@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -77,11 +78,13 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ms := make([]rheo.Message, len(msgs))
+	buf := publishBuffers.Get().(*publishBuffer)
+	defer buf.release()
+	ms := buf.messages(len(msgs))
 	dm, fast := p.cfg.Marshaler.(DefaultMarshaler)
 	var unverified []bool
 	if fast {
-		unverified = make([]bool, len(msgs))
+		unverified = buf.flags(len(msgs))
 	}
 	for i, msg := range msgs {
 		var m rheo.Message
@@ -115,6 +118,43 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 	}
 	return nil
+}
+
+// publishBuffer holds a Publish call's converted messages: AppendBatch
+// keeps none of them, so the next call reuses the slices.
+type publishBuffer struct {
+	ms         []rheo.Message
+	unverified []bool
+}
+
+var publishBuffers = sync.Pool{New: func() any { return new(publishBuffer) }}
+
+func (b *publishBuffer) messages(n int) []rheo.Message {
+	if cap(b.ms) < n {
+		b.ms = make([]rheo.Message, n)
+	}
+	b.ms = b.ms[:n]
+	return b.ms
+}
+
+func (b *publishBuffer) flags(n int) []bool {
+	if cap(b.unverified) < n {
+		b.unverified = make([]bool, n)
+	}
+	b.unverified = b.unverified[:n]
+	clear(b.unverified)
+	return b.unverified
+}
+
+// release drops the buffer's references to the caller's payloads and
+// metadata and returns it to the pool (one grown past 1,024 messages is
+// not kept).
+func (b *publishBuffer) release() {
+	clear(b.ms)
+	if cap(b.ms) > 1024 {
+		return
+	}
+	publishBuffers.Put(b)
 }
 
 // wrapRefused wraps the unverified payloads that rheo refuses to store as
