@@ -14,7 +14,10 @@ import (
 const poisonReason = "max_attempts: lease expired"
 
 // fetchSQL claims in one statement. It locks the group's cursor rows of the
-// requested partitions ({GPLOCK} is SKIP LOCKED on a first try, so that a
+// requested partitions that have events past the cursor (wk: the others
+// have nothing for the cursor to advance over, and a fetch from many
+// partitions of which few have new events locks, and then works through,
+// only those few; {GPLOCK} is SKIP LOCKED on a first try, so that a
 // fetcher does not queue behind another one that is materializing the same
 // partitions, and empty on the retry), dead-letters every expired lease at
 // the attempt limit in those partitions (R6; poison never takes a claim's
@@ -28,7 +31,9 @@ const poisonReason = "max_attempts: lease expired"
 // quota per partition first (fresh1): when every partition then has its
 // quota, the shares are exactly the quotas and nothing more is read (the
 // usual case with a backlog: Limit events read, not Limit per partition);
-// otherwise up to Limit per partition are read, as the shares may need.
+// otherwise up to Limit per partition are read, as the shares may need,
+// from the partitions that had their quota (more): one that had less has
+// no more past the cursor, and fresh1 already holds all of it.
 // Offered deliveries always precede events past the cursor in sequence
 // order, so the first rows of a partition are the same either way. Then it
 // leases the kept rows, inserts
@@ -42,10 +47,16 @@ const poisonReason = "max_attempts: lease expired"
 // stale estimate would otherwise pick here (sequential scans, nested loops
 // but for the LATERAL probes).
 const fetchSQL = `
-WITH gp AS (
-	SELECT part, offered FROM {S}rheo_group_parts
-	WHERE grp_id = $1 AND part = ANY($3::int[])
-	ORDER BY part FOR UPDATE {GPLOCK}
+WITH wk AS (
+	SELECT g.part FROM {S}rheo_group_parts g
+	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
+),
+gp AS (
+	SELECT g.part, g.offered FROM {S}rheo_group_parts g
+	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
+	ORDER BY g.part FOR UPDATE OF g {GPLOCK}
 ),
 psel AS (
 	SELECT x.ctid AS tid FROM {S}rheo_deliveries x
@@ -83,8 +94,12 @@ enough AS (
 		SELECT part, count(*) AS n FROM (SELECT part FROM old UNION ALL SELECT part FROM fresh1) u GROUP BY part
 	) c ON c.part = p.part
 ),
+more AS (
+	SELECT part FROM fresh1 GROUP BY part HAVING count(*) >= $12::int
+),
 fresh AS (
-	SELECT part, seq, id FROM fresh1 WHERE (SELECT ok FROM enough)
+	SELECT part, seq, id FROM fresh1
+	WHERE (SELECT ok FROM enough) OR part NOT IN (SELECT part FROM more)
 	UNION ALL
 	SELECT e.part, e.seq, e.id
 	FROM gp CROSS JOIN LATERAL (
@@ -92,7 +107,7 @@ fresh AS (
 		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
 		ORDER BY x.seq LIMIT $4
 	) e
-	WHERE NOT (SELECT ok FROM enough)
+	WHERE NOT (SELECT ok FROM enough) AND gp.part IN (SELECT part FROM more)
 ),
 cand AS (
 	SELECT c.*, row_number() OVER (PARTITION BY c.part ORDER BY c.seq) AS rn
@@ -103,10 +118,8 @@ cand AS (
 	) c
 ),
 cnt AS (
-	SELECT p.part, (p.part - $10 + 1024) % 1024 AS ri, coalesce(c.n, 0) AS n,
-		least($12::int, coalesce(c.n, 0)) AS q
-	FROM unnest($3::int[]) AS p(part)
-	LEFT JOIN (SELECT part, count(*) AS n FROM cand GROUP BY part) c ON c.part = p.part
+	SELECT part, (part - $10 + 1024) % 1024 AS ri, n, least($12::int, n) AS q
+	FROM (SELECT part, count(*) AS n FROM cand GROUP BY part) c
 ),
 base AS (
 	SELECT part, ri, n, greatest(0, least(q, $4 - coalesce(sum(q) OVER w, 0))) AS b
@@ -139,7 +152,7 @@ adv AS (
 	RETURNING g.part
 ),
 got AS (SELECT * FROM upd UNION ALL SELECT * FROM ins)
-SELECT (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id,
+SELECT (SELECT count(*) FROM wk) - (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id,
 	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
 FROM (SELECT 1) one
 LEFT JOIN (got CROSS JOIN LATERAL (
@@ -159,7 +172,7 @@ const (
 )
 
 // Fetch implements rheo.Backend in one round trip (two when another fetcher
-// holds the cursors of every requested partition and nothing else was
+// held the cursor of a partition with new events and nothing was
 // claimable: the retry waits for it instead of returning empty-handed).
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
 	g, err := b.group(ctx, r.Stream, r.Group)
@@ -185,14 +198,14 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		if attempt > 0 {
 			q = b.fetchWait
 		}
-		leases, locked, err := b.fetch(ctx, q, r, g, parts, ids, first, now, exp)
+		leases, skipped, err := b.fetch(ctx, q, r, g, parts, ids, first, now, exp)
 		if err != nil {
 			if attempt < 5 && retryable(err) {
 				continue
 			}
 			return nil, classify(err, true, "postgres: fetch from group %q of stream %q", r.Group, r.Stream)
 		}
-		if len(leases) > 0 || locked == len(parts) || attempt > 0 {
+		if len(leases) > 0 || skipped == 0 || attempt > 0 {
 			return leases, nil
 		}
 	}
@@ -226,14 +239,14 @@ func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g gr
 			return nil, 0, err
 		}
 	}
-	leases, locked, err := b.scanLeases(br, r, now, exp)
+	leases, skipped, err := b.scanLeases(br, r, now, exp)
 	if err != nil {
 		return nil, 0, err
 	}
 	if _, err := br.Exec(); err != nil {
 		return nil, 0, err
 	}
-	return leases, locked, br.Close()
+	return leases, skipped, br.Close()
 }
 
 func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp int64) ([]rheo.Lease, int, error) {
@@ -243,7 +256,7 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 	}
 	defer rows.Close()
 	leases := make([]rheo.Lease, 0, r.Limit)
-	locked := 0
+	skipped := 0
 	leasedAt := time.UnixMicro(now).UTC()
 	expiresAt := time.UnixMicro(exp).UTC()
 	for rows.Next() {
@@ -257,7 +270,7 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		if err := rows.Scan(&n, &part, &seq, &att, &leaseID, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
 			return nil, 0, err
 		}
-		locked = int(n)
+		skipped = int(n)
 		if part == nil { // the one row of an empty claim
 			continue
 		}
@@ -278,7 +291,7 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
-	return leases, locked, nil
+	return leases, skipped, nil
 }
 
 // rotate returns which partition a group's next fetch serves first. It

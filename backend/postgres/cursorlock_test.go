@@ -1,0 +1,91 @@
+package postgres_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+// A fetch locks the cursor rows of the partitions that have events past
+// the cursor, and only those: a transaction holding the cursor of an idle
+// partition (a Replay, say) does not hold up a fetch of the others, while
+// one holding the cursor of a partition with new events makes an
+// otherwise empty-handed fetch wait for it and then take them.
+func TestFetchLocksOnlyCursorsWithNewEvents(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	var gid int64
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
+	hold := func(part int) (release func()) {
+		tx, err := be.Pool().Begin(ctx)
+		require.NoError(t, err)
+		// Rolled back on failure too (cleanups run last first), or the
+		// schema's drop would wait for it.
+		var once sync.Once
+		release = func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+		t.Cleanup(release)
+		_, err = tx.Exec(ctx, "SELECT 1 FROM "+be.Schema()+".rheo_group_parts WHERE grp_id = $1 AND part = $2 FOR UPDATE", gid, part)
+		require.NoError(t, err)
+		return release
+	}
+
+	// Idle partition 1 held: a fetch with nothing to take returns at once,
+	// and one with events in partition 2 takes them.
+	release := hold(1)
+	short, stop := context.WithTimeout(ctx, 30*time.Second)
+	ls, err := c.Fetch(short, "s", "g", rheo.FetchOptions{Limit: 10})
+	stop()
+	require.NoError(t, err, "a held idle cursor made the fetch wait")
+	require.Empty(t, ls)
+	two := 2
+	_, err = c.AppendBatch(ctx, "s", []rheo.Message{{Partition: &two, Payload: []byte(`{"n":1}`)}})
+	require.NoError(t, err)
+	ls, err = c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ls, 1)
+	require.Equal(t, 2, ls[0].Event.Partition)
+	require.NoError(t, c.AckBatch(ctx, ls))
+	release()
+
+	// Partition 3, which has a new event, held: the fetch waits for the
+	// holder and then takes the event.
+	three := 3
+	_, err = c.AppendBatch(ctx, "s", []rheo.Message{{Partition: &three, Payload: []byte(`{"n":2}`)}})
+	require.NoError(t, err)
+	release = hold(3)
+	type result struct {
+		ls  []rheo.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
+		done <- result{ls, err}
+	}()
+	// The fetch is waiting on the held row (its first try skipped it).
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := be.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%rheo_group_parts%'`, be.Schema()).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, time.Minute, 10*time.Millisecond, "the fetch did not wait for the held cursor")
+	select {
+	case r := <-done:
+		t.Fatalf("fetch returned while the cursor was held: %v, %v", r.ls, r.err)
+	default:
+	}
+	release()
+	r := <-done
+	require.NoError(t, r.err)
+	require.Len(t, r.ls, 1)
+	require.Equal(t, 3, r.ls[0].Event.Partition)
+}
