@@ -44,19 +44,36 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 			idx[p] = i
 		}
 
-		// Cursors first (locked, in partition order), then high watermarks.
-		offered := make([]int64, k)
+		// The cursors of the partitions with events past them, with their
+		// high watermarks (locked, in partition order; a dialect with row
+		// locks locks the counters too). The others have no events to
+		// materialize: a fetch from many partitions of which few have new
+		// events reads those few.
+		all := coversAll(r.Partitions, ref.parts)
+		offered, hwm := make([]int64, k), make([]int64, k)
 		var b Builder
-		b.S("SELECT part, offered FROM rheo_group_parts WHERE grp_id = ").Arg(g.id)
-		inParts(&b, r.Partitions).S(" ORDER BY part" + s.d.LockRows())
-		if err := scanPairs(ctx, t.execer, &b, func(p int, v int64) { offered[idx[p]] = v }); err != nil {
+		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
+			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
+		if !all {
+			b.S(" AND g.part IN (")
+			List(&b, r.Partitions).S(")")
+		}
+		b.S(" ORDER BY g.part" + s.d.LockRows())
+		rows, err := t.query(ctx, b.SQL(), b.Args()...)
+		if err != nil {
 			return err
 		}
-		hwm := make([]int64, k)
-		b = Builder{}
-		b.S("SELECT part, hwm FROM rheo_partitions WHERE stream_id = ").Arg(ref.id)
-		inParts(&b, r.Partitions)
-		if err := scanPairs(ctx, t.execer, &b, func(p int, v int64) { hwm[idx[p]] = v }); err != nil {
+		for rows.Next() {
+			var p int
+			var o, h int64
+			if err := rows.Scan(&p, &o, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			offered[idx[p]], hwm[idx[p]] = o, h
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
 
@@ -64,7 +81,7 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		b = Builder{}
 		b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
 			S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
-		inParts(&b, r.Partitions).S(" AND due_at <= ").Arg(now).S(" AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
+		groupParts(&b, r.Partitions, all).S(" AND due_at <= ").Arg(now).S(" AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
 		if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
 			return err
 		}
@@ -78,9 +95,9 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		} else {
 			b.S("SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, " +
 				"ROW_NUMBER() OVER (PARTITION BY part ORDER BY seq) AS rn FROM rheo_deliveries WHERE grp_id = ").Arg(g.id)
-			inParts(&b, r.Partitions).S(" AND due_at <= ").Arg(now).S(") c WHERE rn <= ").Arg(r.Limit).S(" ORDER BY part, seq")
+			groupParts(&b, r.Partitions, all).S(" AND due_at <= ").Arg(now).S(") c WHERE rn <= ").Arg(r.Limit).S(" ORDER BY part, seq")
 		}
-		rows, err := t.query(ctx, b.SQL(), b.Args()...)
+		rows, err = t.query(ctx, b.SQL(), b.Args()...)
 		if err != nil {
 			return err
 		}
@@ -167,29 +184,37 @@ func (s *Store) rotate(group int64, k int) int {
 	return n % k
 }
 
+// coversAll reports whether parts (valid partitions) are every one of a
+// stream's n partitions, each once.
+func coversAll(parts []int, n int) bool {
+	if len(parts) != n {
+		return false
+	}
+	seen := make([]bool, n)
+	for _, p := range parts {
+		if seen[p] {
+			return false
+		}
+		seen[p] = true
+	}
+	return true
+}
+
+// groupParts restricts a query of a group's rows to parts, unless they are
+// all of the stream's partitions (all): then the group's rows are those.
+func groupParts(b *Builder, parts []int, all bool) *Builder {
+	if all {
+		return b
+	}
+	return inParts(b, parts)
+}
+
 func inParts(b *Builder, parts []int) *Builder {
 	if len(parts) == 1 {
 		return b.S(" AND part = ").Arg(parts[0])
 	}
 	b.S(" AND part IN (")
 	return List(b, parts).S(")")
-}
-
-func scanPairs(ctx context.Context, x execer, b *Builder, f func(int, int64)) error {
-	rows, err := x.query(ctx, b.SQL(), b.Args()...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var p int
-		var v int64
-		if err := rows.Scan(&p, &v); err != nil {
-			return err
-		}
-		f(p, v)
-	}
-	return rows.Err()
 }
 
 // claimExisting leases the claimable rows cs of partition p. A row whose
