@@ -32,6 +32,10 @@ type DifferentialOptions struct {
 	// Reference makes the backend every answer is compared with; default
 	// the memory backend.
 	Reference Factory
+	// Partitions, when set, is every stream's partition count instead of a
+	// random 1 to 3: many partitions (say 40) take the paths a store may
+	// have for fetches from many partitions, few of which have work.
+	Partitions int
 }
 
 // RunDifferential runs seeded random sequences of operations (appends,
@@ -79,6 +83,7 @@ func RunDifferential(t *testing.T, f Factory, opts DifferentialOptions) {
 			// store's round trips from adding up.
 			t.Parallel()
 			d := newDiff(t, seed, steps, f, ref)
+			d.fixedParts = opts.Partitions
 			d.run()
 		})
 	}
@@ -122,6 +127,7 @@ type diff struct {
 
 	stream     string
 	partitions int
+	fixedParts int // DifferentialOptions.Partitions
 	groups     []diffGroup
 	// events are the reference's stored events, in append order.
 	events []rheo.Event
@@ -178,6 +184,9 @@ func (d *diff) run() {
 	d.step = -1
 	d.stream = Name("diff")
 	d.partitions = 1 + d.rng.IntN(3)
+	if d.fixedParts > 0 {
+		d.partitions = d.fixedParts
+	}
 	d.logf("create stream with %d partitions", d.partitions)
 	_, _, re, se := both(d, func(s side, _ bool) (struct{}, error) {
 		return struct{}{}, s.c.CreateStream(d.ctx, d.stream, rheo.StreamConfig{Partitions: d.partitions})

@@ -102,3 +102,13 @@ func TestDifferential(t *testing.T) {
 		Seeds: 3,
 	})
 }
+
+// TestDifferentialWide runs the differential test on streams of 40
+// partitions: fetches from many partitions, few of which have work, take
+// paths of their own (cursors with new events only, runs of idle
+// partitions read at once).
+func TestDifferentialWide(t *testing.T) {
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return newBackend(t) }, rheotest.DifferentialOptions{
+		Seeds: 2, Partitions: 40,
+	})
+}

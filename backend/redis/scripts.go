@@ -421,9 +421,55 @@ local function scan_due(p)
   table.sort(nums)
   return nums, atts
 end
-for i = 1, k do
-  local nums, atts = scan_due(parts[i])
-  due[parts[i]] = {list = nums, att = atts, pos = 1}
+-- A partition without a due set has nothing to claim again: a fetch from
+-- many partitions asks which of a run of 32 have one in one EXISTS, and
+-- scans only the runs where some do.
+local function scan_run(i, j)
+  for x = i, j do
+    local nums, atts = scan_due(parts[x])
+    due[parts[x]] = {list = nums, att = atts, pos = 1}
+  end
+end
+if k <= 8 then
+  scan_run(1, k)
+else
+  for i = 1, k, 32 do
+    local j = math.min(i + 31, k)
+    local ks = {}
+    for x = i, j do ks[#ks + 1] = gb .. 'd:' .. parts[x] end
+    if redis.call('EXISTS', unpack(ks)) > 0 then
+      scan_run(i, j)
+    else
+      for x = i, j do due[parts[x]] = {list = {}, att = {}, pos = 1} end
+    end
+  end
+end
+
+-- lease_fresh leases entries ents of partition p, just read with
+-- XREADGROUP (offered now): attempt 1, the next fresh lease IDs in entry
+-- order. Returns how many.
+local function lease_fresh(p, ents)
+  local n = #ents
+  if n == 0 then return 0 end
+  local hset, zadd, flat, nh = {}, {}, {}, 0
+  local first = used + 1
+  for x = 1, n do
+    local ent = ents[x]
+    local ss = string.match(ent[1], '^(%d+)')
+    used = used + 1
+    hset[nh + 1] = ss
+    hset[nh + 2] = ARGV[idbase + used] .. ':1' .. claimed
+    zadd[nh + 1] = exp
+    zadd[nh + 2] = ss
+    flat[nh + 1] = ss
+    flat[nh + 2] = ent[2]
+    nh = nh + 2
+  end
+  bulk({'HSET', gb .. 'l:' .. p}, hset, 1000)
+  bulk({'ZADD', gb .. 'd:' .. p, 'inf', DUE_PIN}, zadd, 1000)
+  out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
+  nout = nout + 3
+  return n
 end
 
 local function take(p, want)
@@ -470,31 +516,37 @@ local function take(p, want)
   if got < want and not newdone[p] then
     local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'STREAMS', sk, '>')
     local ents = (r and r[1] and r[1][2]) or {}
-    local n = #ents
-    if n < want - got then newdone[p] = true end
-    if n > 0 then
-      local hset, zadd, flat, nh = {}, {}, {}, 0
-      local first = used + 1
-      for x = 1, n do
-        local ent = ents[x]
-        local ss = string.match(ent[1], '^(%d+)')
-        used = used + 1
-        hset[nh + 1] = ss
-        hset[nh + 2] = ARGV[idbase + used] .. ':1' .. claimed
-        zadd[nh + 1] = exp
-        zadd[nh + 2] = ss
-        flat[nh + 1] = ss
-        flat[nh + 2] = ent[2]
-        nh = nh + 2
-      end
-      bulk({'HSET', lkey}, hset, 1000)
-      bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
-      out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
-      nout = nout + 3
-      got = got + n
-    end
+    if #ents < want - got then newdone[p] = true end
+    got = got + lease_fresh(p, ents)
   end
   return got
+end
+
+-- take_fresh_run is the first pass of take over the run of partitions
+-- parts[i..j] (in fetch order) that have no claimable deliveries, each
+-- wanting quota events not offered yet, with one XREADGROUP across their
+-- streams instead of one each. The caller keeps the run within what is
+-- left of the limit, so every partition gets exactly what take would have
+-- given it. Returns how many it leased; partitions that had fewer than
+-- quota are marked done.
+local function take_fresh_run(i, j, quota)
+  local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'STREAMS'}
+  local at = {}
+  for x = i, j do
+    cmd[#cmd + 1] = skey(parts[x])
+    at[skey(parts[x])] = parts[x]
+  end
+  for x = i, j do cmd[#cmd + 1] = '>' end
+  local got, n = 0, {}
+  for _, r in ipairs(redis.call(unpack(cmd)) or {}) do
+    local p = at[r[1]]
+    n[p] = lease_fresh(p, r[2])
+    got = got + n[p]
+  end
+  for x = i, j do
+    if (n[parts[x]] or 0) < quota then newdone[parts[x]] = true end
+  end
+  return got, n
 end
 
 -- Share the limit fairly: a first pass gives each partition its quota,
@@ -503,16 +555,35 @@ local remaining = limit
 local exhausted = {}
 local quota = math.ceil(limit / k)
 local pass = 0
+local function idle(x) local dc = due[parts[x]]; return dc.pos > #dc.list end
 while remaining > 0 do
   local progress = false
-  for i = 1, k do
+  local i = 1
+  while i <= k do
     if remaining <= 0 then break end
-    if not exhausted[i] then
-      local want = remaining
-      if pass == 0 then want = math.min(quota, remaining) end
-      local got = take(parts[i], want)
+    -- In the first pass, a run of partitions with nothing to claim again,
+    -- each of which can have its whole quota, reads in one call.
+    local j = i - 1
+    if pass == 0 and remaining >= quota then
+      local fit = math.floor(remaining / quota)
+      while j + 1 <= k and j + 1 - i < fit and idle(j + 1) do j = j + 1 end
+    end
+    if j > i then
+      local got, n = take_fresh_run(i, j, quota)
       remaining = remaining - got
-      if got < want then exhausted[i] = true elseif got > 0 then progress = true end
+      for x = i, j do
+        if (n[parts[x]] or 0) < quota then exhausted[x] = true else progress = true end
+      end
+      i = j + 1
+    else
+      if not exhausted[i] then
+        local want = remaining
+        if pass == 0 then want = math.min(quota, remaining) end
+        local got = take(parts[i], want)
+        remaining = remaining - got
+        if got < want then exhausted[i] = true elseif got > 0 then progress = true end
+      end
+      i = i + 1
     end
   end
   pass = pass + 1

@@ -85,3 +85,13 @@ func TestDifferential(t *testing.T) {
 		Seeds: 2, Steps: 120,
 	})
 }
+
+// TestDifferentialWide runs the differential test on streams of 40
+// partitions: fetches from many partitions, few of which have work, take
+// paths of their own (cursors with new events only, runs of idle
+// partitions read at once).
+func TestDifferentialWide(t *testing.T) {
+	rheotest.RunDifferential(t, func(t testing.TB) rheo.Backend { return open(t) }, rheotest.DifferentialOptions{
+		Seeds: 1, Steps: 120, Partitions: 40,
+	})
+}
