@@ -53,10 +53,9 @@ WITH wk AS (
 	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
 ),
 gp AS (
-	SELECT g.part, g.offered FROM {S}rheo_group_parts g
-	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
-	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
-	ORDER BY g.part FOR UPDATE OF g {GPLOCK}
+	SELECT part, offered FROM {S}rheo_group_parts
+	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
+	ORDER BY part FOR UPDATE {GPLOCK}
 ),
 psel AS (
 	SELECT x.ctid AS tid FROM {S}rheo_deliveries x

@@ -527,14 +527,14 @@ end
 -- wanting quota events not offered yet, with one XREADGROUP across their
 -- streams instead of one each. The caller keeps the run within what is
 -- left of the limit, so every partition gets exactly what take would have
--- given it. Returns how many it leased; partitions that had fewer than
--- quota are marked done.
+-- given it. Returns how many it leased, and how many of each partition.
 local function take_fresh_run(i, j, quota)
   local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'STREAMS'}
   local at = {}
   for x = i, j do
-    cmd[#cmd + 1] = skey(parts[x])
-    at[skey(parts[x])] = parts[x]
+    local sk = skey(parts[x])
+    cmd[#cmd + 1] = sk
+    at[sk] = parts[x]
   end
   for x = i, j do cmd[#cmd + 1] = '>' end
   local got, n = 0, {}
@@ -542,9 +542,6 @@ local function take_fresh_run(i, j, quota)
     local p = at[r[1]]
     n[p] = lease_fresh(p, r[2])
     got = got + n[p]
-  end
-  for x = i, j do
-    if (n[parts[x]] or 0) < quota then newdone[parts[x]] = true end
   end
   return got, n
 end
@@ -572,7 +569,11 @@ while remaining > 0 do
       local got, n = take_fresh_run(i, j, quota)
       remaining = remaining - got
       for x = i, j do
-        if (n[parts[x]] or 0) < quota then exhausted[x] = true else progress = true end
+        if (n[parts[x]] or 0) < quota then
+          exhausted[x], newdone[parts[x]] = true, true
+        else
+          progress = true
+        end
       end
       i = j + 1
     else
