@@ -142,10 +142,11 @@ type config struct {
 	only      string
 	csv       string
 
-	scale       bool   // run the scale cases instead of the pairs
-	scaleStores string // comma-separated
-	scaleEvents int
-	scaleCycles int
+	scale        bool   // run the scale cases instead of the pairs
+	scaleStores  string // comma-separated
+	scaleEvents  int
+	scaleCycles  int
+	scaleSettled int
 }
 
 func main() {
@@ -163,6 +164,7 @@ func main() {
 	flag.BoolVar(&cfg.scale, "scale", false, "measure operation costs at scale (1,000 groups, 1,024 partitions, -scale-events events) against a small stream, instead of the pairs")
 	flag.StringVar(&cfg.scaleStores, "scale-stores", "memory,sqlite,postgres,redis", "stores of -scale")
 	flag.IntVar(&cfg.scaleEvents, "scale-events", 10000000, "events of the long stream of -scale")
+	flag.IntVar(&cfg.scaleSettled, "scale-settled", 100000, "events the measured group of -scale leaves reopened (by a Replay) or delayed (nacked for a day) in the two settled cases")
 	flag.IntVar(&cfg.scaleCycles, "scale-cycles", 200, "measured cycles per case of -scale")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -204,7 +206,7 @@ func scale(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer e.close()
-	res, err := runScale(ctx, e, strings.Split(cfg.scaleStores, ","), cfg.scaleEvents, cfg.scaleCycles, out)
+	res, err := runScale(ctx, e, strings.Split(cfg.scaleStores, ","), cfg.scaleEvents, cfg.scaleSettled, cfg.scaleCycles, out)
 	if err != nil {
 		return err
 	}

@@ -74,11 +74,11 @@ func TestScaleSmoke(t *testing.T) {
 	defer e.close()
 	var out bytes.Buffer
 	stores := []string{"memory", "sqlite", "postgres", "redis"}
-	res, err := runScale(ctx, e, stores, 2000, 2, &out)
+	res, err := runScale(ctx, e, stores, 2000, 2000, 2, &out)
 	if err != nil {
 		t.Fatalf("scale: %v\n%s", err, out.String())
 	}
-	if len(res) != len(stores)*len(scaleCases(2000)) {
+	if len(res) != len(stores)*len(scaleCases(2000, 2000)) {
 		t.Fatalf("%d results, want one per store and case", len(res))
 	}
 	for _, r := range res {

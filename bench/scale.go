@@ -19,13 +19,22 @@ type scaleCase struct {
 	parts  int // partitions of the stream
 	groups int // groups on the stream; the first one is measured
 	events int // events appended before the measured cycles
+	// settled, when set, is what the measured group did with those
+	// events before the cycles: "reopened" (acked them all, then a
+	// Replay reopened them: a backlog of available deliveries) or
+	// "delayed" (nacked them all with a day's delay: a backlog of
+	// retries not due yet, as a consumer leaves behind while a
+	// dependency is down).
+	settled string
 }
 
-func scaleCases(events int) []scaleCase {
+func scaleCases(events, settled int) []scaleCase {
 	return []scaleCase{
-		{"1,000 groups", 4, 1000, 1000},
-		{"1,024 partitions", 1024, 1, 1000},
-		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events},
+		{"1,000 groups", 4, 1000, 1000, ""},
+		{"1,024 partitions", 1024, 1, 1000, ""},
+		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, ""},
+		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened"},
+		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed"},
 	}
 }
 
@@ -44,10 +53,10 @@ type scaleResult struct {
 // cycle so that load elsewhere falls on both alike. Every group starts at
 // the end of its stream (rheo.Latest), so a cycle works at the tail of the
 // stream as a caught-up consumer does.
-func runScale(ctx context.Context, e *env, stores []string, events, cycles int, out io.Writer) ([]scaleResult, error) {
+func runScale(ctx context.Context, e *env, stores []string, events, settled, cycles int, out io.Writer) ([]scaleResult, error) {
 	var res []scaleResult
 	for _, store := range stores {
-		for _, sc := range scaleCases(events) {
+		for _, sc := range scaleCases(events, settled) {
 			r, err := scaleOne(ctx, e, store, sc, cycles)
 			if err != nil {
 				return res, fmt.Errorf("%s, %s: %w", store, sc.name, err)
@@ -70,7 +79,7 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 		return r, err
 	}
 	defer cleanup()
-	setup := func(stream string, parts, groups, events int) error {
+	setup := func(stream string, parts, groups, events int, settled string) error {
 		if err := c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: parts}); err != nil {
 			return err
 		}
@@ -78,16 +87,23 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 			return err
 		}
 		for g := range groups {
-			if err := c.CreateGroup(ctx, stream, groupName(g), rheo.GroupConfig{Start: rheo.Latest()}); err != nil {
+			start := rheo.Latest()
+			if settled != "" {
+				start = rheo.Beginning()
+			}
+			if err := c.CreateGroup(ctx, stream, groupName(g), rheo.GroupConfig{Start: start}); err != nil {
 				return err
 			}
 		}
+		if settled != "" {
+			return settle(ctx, c, stream, events, settled)
+		}
 		return nil
 	}
-	if err := setup("small", 4, 1, 1000); err != nil {
+	if err := setup("small", 4, 1, 1000, ""); err != nil {
 		return r, err
 	}
-	if err := setup("big", sc.parts, sc.groups, sc.events); err != nil {
+	if err := setup("big", sc.parts, sc.groups, sc.events, sc.settled); err != nil {
 		return r, err
 	}
 	if store == "postgres" {
@@ -146,6 +162,52 @@ func cycle(ctx context.Context, c *rheo.Client, stream string, i int, d *[4]time
 	}
 	t4 := time.Now()
 	d[0], d[1], d[2], d[3] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3)
+	return nil
+}
+
+// settle leaves the n events of stream reopened or delayed for group g0
+// (see scaleCase.settled).
+func settle(ctx context.Context, c *rheo.Client, stream string, n int, how string) error {
+	g := groupName(0)
+	for done := 0; done < n; {
+		ls, err := c.Fetch(ctx, stream, g, rheo.FetchOptions{Limit: 1000})
+		if err != nil {
+			return err
+		}
+		if len(ls) == 0 {
+			return fmt.Errorf("settling %s: fetch returned nothing after %d of %d", stream, done, n)
+		}
+		if how == "reopened" {
+			err = c.AckBatch(ctx, ls)
+		} else {
+			reqs := make([]rheo.SettleRequest, len(ls))
+			later := time.Now().Add(24 * time.Hour)
+			for i, l := range ls {
+				reqs[i] = rheo.SettleRequest{Kind: rheo.SettleNack, Lease: l, Reason: "down", AvailableAt: later}
+			}
+			var errs []error
+			errs, err = c.Backend().Settle(ctx, stream, g, reqs, time.Now())
+			for _, e := range errs {
+				if err == nil {
+					err = e
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		done += len(ls)
+	}
+	if how != "reopened" {
+		return nil
+	}
+	k, err := c.Replay(ctx, stream, g, rheo.Matching(rheo.Query{Type: "order.created"}))
+	if err != nil {
+		return err
+	}
+	if k != n {
+		return fmt.Errorf("replay of %s reopened %d of %d", stream, k, n)
+	}
 	return nil
 }
 
