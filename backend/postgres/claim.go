@@ -9,11 +9,24 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
 const poisonReason = "max_attempts: lease expired"
 
-// fetchSQL claims in one statement. It locks the group's cursor rows of the
+// fetchSQL claims in one statement. Claimable deliveries come from two
+// partial indexes, so that it reads none it cannot claim however many
+// there are: those available at once (reopened, redriven, nacked without
+// a delay: due {DUENOW}) a limit per partition in sequence order (oldr),
+// and those due at a time that has come (expired leases, retries whose
+// delay is over) from the index of due times (oldt; its ORDER BY seq + 0
+// keeps the planner from walking the partition's deliveries in sequence
+// order instead, past every lease in flight and every delayed retry). Both
+// visit only the partitions that have such rows, found by a skip scan of
+// each index (tp, rp): a fetch from many partitions of which few have
+// deliveries makes a probe per partition that has some.
+//
+// It locks the group's cursor rows of the
 // requested partitions that have events past the cursor (wk: the others
 // have nothing for the cursor to advance over, and a fetch from many
 // partitions of which few have new events locks, and then works through,
@@ -47,7 +60,22 @@ const poisonReason = "max_attempts: lease expired"
 // stale estimate would otherwise pick here (sequential scans, nested loops
 // but for the LATERAL probes).
 const fetchSQL = `
-WITH wk AS (
+WITH RECURSIVE tp(part) AS (
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.due_at <> {DUENOW} ORDER BY x.part LIMIT 1)
+	UNION ALL
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.due_at <> {DUENOW} AND x.part > tp.part
+		ORDER BY x.part LIMIT 1)
+	FROM tp WHERE tp.part IS NOT NULL
+),
+rp(part) AS (
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.due_at = {DUENOW}
+		ORDER BY x.part LIMIT 1)
+	UNION ALL
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.due_at = {DUENOW}
+		AND x.part > rp.part ORDER BY x.part LIMIT 1)
+	FROM rp WHERE rp.part IS NOT NULL
+),
+wk AS (
 	SELECT g.part FROM {S}rheo_group_parts g
 	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
 	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
@@ -58,9 +86,12 @@ gp AS (
 	ORDER BY part FOR UPDATE {GPLOCK}
 ),
 psel AS (
-	SELECT x.ctid AS tid FROM {S}rheo_deliveries x
-	WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 1 AND x.attempt >= $9 AND x.due_at <= $5
-	FOR UPDATE SKIP LOCKED
+	SELECT d.tid FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
+		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.due_at <> {DUENOW}
+			AND x.status = 1 AND x.attempt >= $9
+		FOR UPDATE SKIP LOCKED
+	) d
 ),
 poison AS (
 	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
@@ -68,15 +99,28 @@ poison AS (
 	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM psel))
 	RETURNING d.seq
 ),
-old AS (
-	SELECT d.part, d.seq, d.attempt, d.event_id, d.tid
-	FROM unnest($3::int[]) AS p(part) CROSS JOIN LATERAL (
+oldr AS (
+	SELECT d.* FROM (SELECT part FROM rp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.status < 2 AND x.due_at <= $5
-			AND NOT (x.status = 1 AND x.attempt >= $9)
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 0 AND x.due_at = {DUENOW}
 		ORDER BY x.seq LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
+),
+oldt AS (
+	SELECT d.* FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.due_at <> {DUENOW}
+			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+		ORDER BY x.seq + 0 LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	) d
+),
+old AS (
+	SELECT part, seq, attempt, event_id, tid FROM (
+		SELECT u.*, row_number() OVER (PARTITION BY u.part ORDER BY u.seq) AS k
+		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt) u
+	) v WHERE v.k <= $4
 ),
 fresh1 AS (
 	SELECT e.part, e.seq, e.id
@@ -391,7 +435,7 @@ UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 const settledSet = `
 		status = CASE WHEN {R}.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
 		reason = CASE WHEN {R}.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END,
-		due_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN {R}.avail END,
+		due_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN {DUENOW} ELSE {R}.avail END END,
 		dead_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
 		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
@@ -587,11 +631,12 @@ type statements struct {
 }
 
 func (b *Backend) prepareTexts() {
-	b.fetchSkip = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1))
-	b.fetchWait = b.sqlf(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))
+	due := func(q string) string { return strings.ReplaceAll(q, "{DUENOW}", sqlstore.DueNowSQL) }
+	b.fetchSkip = b.sqlf(due(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1)))
+	b.fetchWait = b.sqlf(due(strings.Replace(fetchSQL, "{GPLOCK}", "", 1)))
 	b.renewSQL = b.sqlf(renewSQL)
-	b.settleSQL = b.sqlf(strings.Replace(settleSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "k"), 1))
-	b.settleJoinSQL = b.sqlf(strings.Replace(settleJoinSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "r"), 1))
+	b.settleSQL = b.sqlf(due(strings.Replace(settleSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "k"), 1)))
+	b.settleJoinSQL = b.sqlf(due(strings.Replace(settleJoinSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "r"), 1)))
 	b.appendSQL = b.sqlf(appendSQL)
 	b.appendFastSQL = b.sqlf(appendFastSQL)
 }

@@ -89,7 +89,7 @@ func TestHotPathPlans(t *testing.T) {
 // explain runs q under EXPLAIN ANALYZE in a transaction (rolled back)
 // that first runs setup, as the backend does, and fails on a scan of a
 // whole table or a join that compares every request with every row.
-func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) {
+func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) []string {
 	ctx := context.Background()
 	tx, err := be.Pool().Begin(ctx)
 	require.NoError(t, err)
@@ -101,9 +101,11 @@ func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) {
 	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
+	var lines []string
 	for rows.Next() {
 		var line string
 		require.NoError(t, rows.Scan(&line))
+		lines = append(lines, line)
 		if os.Getenv("RHEO_EXPLAIN") != "" {
 			t.Log(line)
 		}
@@ -117,4 +119,88 @@ func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) {
 		}
 	}
 	require.NoError(t, rows.Err())
+	return lines
+}
+
+// TestFetchReadsOnlyClaimable checks that a fetch reads past none of the
+// deliveries it cannot claim, however many there are: with 2,000 retries
+// delayed for a day in front of 2,000 reopened deliveries (acked, then
+// replayed), EXPLAIN ANALYZE of the fetch finds no node that filtered out
+// rows by the hundred (reading them to throw them away: before the
+// indexes of due times and of deliveries available at once, the poison
+// sweep read every reopened delivery and the claim read every delayed one,
+// on every fetch).
+func TestFetchReadsOnlyClaimable(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	fill(t, c, "s", 4000)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	var reopen []string
+	later := time.Now().Add(24 * time.Hour)
+	for n := 0; n < 4000; {
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1000})
+		require.NoError(t, err)
+		require.NotEmpty(t, ls)
+		var reqs []rheo.SettleRequest
+		for _, l := range ls {
+			if l.Event.Sequence <= 500 { // the first half of each partition
+				reqs = append(reqs, rheo.SettleRequest{Kind: rheo.SettleNack, Lease: l, Reason: "down", AvailableAt: later})
+			} else {
+				reqs = append(reqs, rheo.SettleRequest{Kind: rheo.SettleAck, Lease: l})
+				reopen = append(reopen, l.Event.ID)
+			}
+		}
+		errs, err := be.Settle(ctx, "s", "g", reqs, time.Now())
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		n += len(ls)
+	}
+	k, err := c.Replay(ctx, "s", "g", rheo.Events(reopen...))
+	require.NoError(t, err)
+	require.Equal(t, 2000, k)
+	_, err = be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_deliveries")
+	require.NoError(t, err)
+
+	var gid int64
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
+	lids := make([]string, 100)
+	for i := range lids {
+		lids[i] = "00000000-0000-0000-0000-000000000000"
+	}
+	now := time.Now().UnixMicro()
+	lines := explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r", 25)
+	leased := 0
+	node := "" // the plan node the lines that follow describe
+	for _, line := range lines {
+		if strings.Contains(line, "->") || !strings.HasPrefix(line, " ") {
+			node = line
+		}
+		for _, counter := range []string{"Rows Removed by Filter: ", "Rows Removed by Index Recheck: "} {
+			if _, n, ok := strings.Cut(line, counter); ok && strings.Contains(node, " on rheo_") {
+				removed, err := strconv.Atoi(strings.TrimSpace(n))
+				require.NoError(t, err)
+				require.Less(t, removed, 100, "the fetch read rows of the store it could not claim: %s\n%s", node, line)
+			}
+		}
+		if strings.Contains(line, "Update on rheo_deliveries") || strings.Contains(line, "Update on "+be.Schema()+".rheo_deliveries") {
+			_, actual, _ := strings.Cut(line, "actual time=")
+			if _, n, ok := strings.Cut(actual, " rows="); ok {
+				if v, err := strconv.Atoi(strings.Fields(n)[0]); err == nil {
+					leased = max(leased, v)
+				}
+			}
+		}
+	}
+	require.Equal(t, 100, leased, "the fetch leases a limit of reopened deliveries:\n%s", strings.Join(lines, "\n"))
+	// And for real: the reopened ones, in sequence order, never a delayed one.
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, ls, 100)
+	for _, l := range ls {
+		require.Greater(t, l.Event.Sequence, int64(500), "a delayed retry came back a day early")
+	}
 }

@@ -82,10 +82,18 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		// Fetch: cursors, high watermarks, poison sweep, claimable rows
 		// (one partition, several), claimed events, materialization.
 		"fetch cursors":   {"SELECT part, offered FROM rheo_group_parts WHERE grp_id = ? AND part IN (?, ?) ORDER BY part", 1, 0, 1},
-		"fetch poison":    {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND status = 1 AND attempt >= ?", 1, 0, 1, now, 5},
-		"fetch claimable": {"SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND due_at <= ? ORDER BY seq LIMIT ?", 1, 0, now, 100},
-		"fetch claimable, partitions": {"SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, ROW_NUMBER() OVER (PARTITION BY part ORDER BY seq) AS rn " +
-			"FROM rheo_deliveries WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ?) c WHERE rn <= ? ORDER BY part, seq", 1, 0, 1, now, 100},
+		"fetch due partitions": {"WITH RECURSIVE t(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND due_at <> " + sqlstore.DueNowSQL +
+			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND due_at <> " + sqlstore.DueNowSQL + " AND part > t.part) FROM t WHERE t.part IS NOT NULL), " +
+			"r(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND due_at = " + sqlstore.DueNowSQL +
+			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND due_at = " + sqlstore.DueNowSQL + " AND part > r.part) FROM r WHERE r.part IS NOT NULL) " +
+			"SELECT 0, part FROM t WHERE part IS NOT NULL UNION ALL SELECT 1, part FROM r WHERE part IS NOT NULL", 1, 1, 1, 1},
+		"fetch poison": {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND due_at <> " + sqlstore.DueNowSQL +
+			" AND status = 1 AND attempt >= ?", 1, 0, 1, now, 5},
+		"fetch claimable, due": {"SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part IN (?, ?) AND due_at <> " + sqlstore.DueNowSQL +
+			" AND due_at <= ?", 1, 0, 1, now},
+		"fetch claimable, at once": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status = 0 AND due_at = " +
+			sqlstore.DueNowSQL + " ORDER BY seq LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? " +
+			"AND status = 0 AND due_at = " + sqlstore.DueNowSQL + " ORDER BY seq LIMIT ?)", 1, 0, 100, 1, 1, 100},
 		"fetch claim":       {"UPDATE rheo_deliveries SET status = 1 WHERE grp_id = ? AND part = ? AND seq = ? AND due_at <= ?", 1, 0, 5, now},
 		"fetch new events":  {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq", 1, 0, 10, 110},
 		"fetch cursor move": {"UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", 5, 1, 0},
@@ -102,11 +110,23 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"group stats":   {"SELECT status, COUNT(*) FROM rheo_deliveries WHERE grp_id = ? GROUP BY status", 1},
 		"replay delete": {"DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq > ?", 1, 0, 5},
 	}
+	// The fetch reads claimable deliveries through the indexes made for
+	// them, never walking past leases in flight or delayed retries.
+	uses := map[string]string{
+		"fetch due partitions":     "rheo_deliveries_ready",
+		"fetch poison":             "rheo_deliveries_timed",
+		"fetch claimable, due":     "rheo_deliveries_timed",
+		"fetch claimable, at once": "rheo_deliveries_ready",
+	}
 	for name, q := range hot {
 		p := plan(t, db, q[0].(string), q[1:]...)
 		t.Logf("%s:\n%s", name, p)
 		requireNoScan(t, name, p)
+		if idx, ok := uses[name]; ok {
+			require.Contains(t, p, "INDEX "+idx, "%s should use %s:\n%s", name, idx, p)
+		}
 	}
+	require.Contains(t, plan(t, db, hot["fetch due partitions"][0].(string), 1, 1, 1, 1), "INDEX rheo_deliveries_timed")
 
 	// The query filters with an index: type, key, time window, partition.
 	d := b.Dialect()

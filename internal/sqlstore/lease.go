@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"slices"
@@ -77,41 +78,27 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 			return err
 		}
 
-		// R6: expired leases at the limit become dead letters, not claims.
-		b = Builder{}
-		b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
-			S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
-		groupParts(&b, r.Partitions, all).S(" AND due_at <= ").Arg(now).S(" AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
-		if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
-			return err
-		}
-
-		// Claimable rows, at most Limit per partition, in sequence order.
-		existing := make([][]claimable, k)
-		b = Builder{}
-		if k == 1 {
-			b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(g.id).
-				S(" AND part = ").Arg(r.Partitions[0]).S(" AND due_at <= ").Arg(now).S(" ORDER BY seq LIMIT ").Arg(r.Limit)
-		} else {
-			b.S("SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, " +
-				"ROW_NUMBER() OVER (PARTITION BY part ORDER BY seq) AS rn FROM rheo_deliveries WHERE grp_id = ").Arg(g.id)
-			groupParts(&b, r.Partitions, all).S(" AND due_at <= ").Arg(now).S(") c WHERE rn <= ").Arg(r.Limit).S(" ORDER BY part, seq")
-		}
-		rows, err = t.query(ctx, b.SQL(), b.Args()...)
+		// Which of the partitions have deliveries due at a time (leased or
+		// delayed) and which have deliveries available at once.
+		timed, ready, err := s.dueParts(ctx, t, g.id, idx)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var p int
-			var c claimable
-			if err := rows.Scan(&p, &c.seq, &c.attempt, &c.eventID); err != nil {
-				rows.Close()
+
+		// R6: expired leases at the limit become dead letters, not claims.
+		if len(timed) > 0 {
+			b = Builder{}
+			b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
+				S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
+			inParts(&b, timed).S(" AND due_at <= ").Arg(now).S(" AND due_at <> " + DueNowSQL + " AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
+			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
 				return err
 			}
-			existing[idx[p]] = append(existing[idx[p]], c)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+
+		// Claimable rows, at most Limit per partition, in sequence order.
+		existing, err := s.claimable(ctx, t, g.id, timed, ready, r.Partitions, idx, now, r.Limit)
+		if err != nil {
 			return err
 		}
 
@@ -200,6 +187,118 @@ func coversAll(parts []int, n int) bool {
 	return true
 }
 
+// claimable returns the first limit claimable deliveries of each of parts
+// (indexed by idx) in sequence order: those available at once (status 0,
+// due DueNowSQL: reopened, redriven, nacked without a delay), a limit per
+// partition read from their own index in sequence order, merged with those
+// due at a time that has come (expired leases, delayed retries whose delay
+// is over), read from the index of due times. ready and timed are the
+// partitions of parts that have rows of each kind (see dueParts). Neither
+// read passes over deliveries that are not claimable, however many there
+// are: a backlog of reopened deliveries costs a fetch a limit's worth of
+// rows per partition, a backlog of delayed retries or of leases in flight
+// nothing.
+func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, ready, parts []int, idx map[int]int, now int64, limit int) ([][]claimable, error) {
+	out := make([][]claimable, len(parts))
+	scan := func(b *Builder) error {
+		rows, err := t.query(ctx, b.SQL(), b.Args()...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p int
+			var c claimable
+			if err := rows.Scan(&p, &c.seq, &c.attempt, &c.eventID); err != nil {
+				return err
+			}
+			out[idx[p]] = append(out[idx[p]], c)
+		}
+		return rows.Err()
+	}
+	// Due at a time that has come: one range of the due-time index per
+	// partition of timed (those of parts with rows due at a time).
+	if len(timed) > 0 {
+		var b Builder
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp)
+		inParts(&b, timed).S(" AND due_at <> " + DueNowSQL + " AND due_at <= ").Arg(now)
+		if err := scan(&b); err != nil {
+			return nil, err
+		}
+	}
+	// Available at once: a limit of each partition, in sequence order.
+	for chunk := range slices.Chunk(ready, 200) {
+		var b Builder
+		for j, p := range chunk {
+			if j > 0 {
+				b.S(" UNION ALL ")
+			}
+			b.S("SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
+				S(" AND part = ").Arg(p).S(" AND status = 0 AND due_at = " + DueNowSQL + " ORDER BY seq LIMIT ").Arg(limit).S(")")
+		}
+		if err := scan(&b); err != nil {
+			return nil, err
+		}
+	}
+	for i, cs := range out {
+		if len(cs) > 1 {
+			slices.SortFunc(cs, func(a, b claimable) int { return cmp.Compare(a.seq, b.seq) })
+		}
+		out[i] = cs[:min(len(cs), limit)]
+	}
+	return out, nil
+}
+
+// dueParts returns, in partition order, the partitions among idx's keys in
+// which group grp has deliveries due at a time (leased, or nacked with a
+// delay: timed) and those in which it has deliveries available at once
+// (ready): one statement of two skip scans of the indexes made for them,
+// one index probe per partition found (usually few: those with leases in
+// flight), not one per partition asked for.
+func (s *Store) dueParts(ctx context.Context, t *writeTx, grp int64, idx map[int]int) (timed, ready []int, err error) {
+	skip := func(b *Builder, name, cond string) {
+		b.S(name + "(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
+			S(" AND " + cond + ") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
+			S(" AND " + cond + " AND part > " + name + ".part) FROM " + name + " WHERE " + name + ".part IS NOT NULL)")
+	}
+	var b Builder
+	b.S("WITH RECURSIVE ")
+	skip(&b, "t", "due_at <> "+DueNowSQL)
+	b.S(", ")
+	skip(&b, "r", "status = 0 AND due_at = "+DueNowSQL)
+	b.S(" SELECT 0, part FROM t WHERE part IS NOT NULL UNION ALL SELECT 1, part FROM r WHERE part IS NOT NULL")
+	rows, err := t.query(ctx, b.SQL(), b.Args()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, p int
+		if err := rows.Scan(&kind, &p); err != nil {
+			return nil, nil, err
+		}
+		if _, ok := idx[p]; !ok {
+			continue
+		}
+		if kind == 0 {
+			timed = append(timed, p)
+		} else {
+			ready = append(ready, p)
+		}
+	}
+	return timed, ready, rows.Err()
+}
+
+// nackDue is the due time a nack stores: dueNow when the delivery is
+// available at once (at or before the settle's time), its own time when it
+// is delayed.
+func nackDue(avail, now int64) int64 {
+	if avail <= now {
+		return dueNow
+	}
+	return avail
+}
+
 // groupParts restricts a query of a group's rows to parts, unless they are
 // all of the stream's partitions (all): then the group's rows are those.
 func groupParts(b *Builder, parts []int, all bool) *Builder {
@@ -229,21 +328,47 @@ func (s *Store) claimExisting(ctx context.Context, t *writeTx, r rheo.FetchReque
 		c  claimable
 		id string
 	}
+	// One guarded UPDATE per chunk: each row gets its own lease ID, and
+	// RETURNING tells which rows it claimed.
 	got := make([]claimed, 0, len(cs))
-	for _, c := range cs {
-		id := newID()
-		res, err := t.exec(ctx, "UPDATE rheo_deliveries SET status = 1, attempt = attempt + 1, lease_id = ?, consumer_id = ?, "+
-			"leased_at = ?, expires_at = ?, due_at = ? WHERE grp_id = ? AND part = ? AND seq = ? AND due_at <= ?",
-			id, r.ConsumerID, now, exp, exp, g.id, p, c.seq, now)
+	for chunk := range slices.Chunk(cs, 200) {
+		ids := make(map[int64]claimed, len(chunk))
+		var b Builder
+		b.S("UPDATE rheo_deliveries SET status = 1, attempt = attempt + 1, lease_id = CASE seq")
+		for _, c := range chunk {
+			id := newID()
+			ids[c.seq] = claimed{c, id}
+			b.S(" WHEN ").Arg(c.seq).S(" THEN ").Arg(id)
+		}
+		b.S(" END, consumer_id = ").Arg(r.ConsumerID).S(", leased_at = ").Arg(now).S(", expires_at = ").Arg(exp).
+			S(", due_at = ").Arg(exp).S(" WHERE grp_id = ").Arg(g.id).S(" AND part = ").Arg(p).S(" AND seq IN (")
+		for i, c := range chunk {
+			if i > 0 {
+				b.S(", ")
+			}
+			b.Arg(c.seq)
+		}
+		b.S(") AND due_at <= ").Arg(now).S(" RETURNING seq")
+		rows, err := t.query(ctx, b.SQL(), b.Args()...)
 		if err != nil {
 			return out, err
 		}
-		if n, err := res.RowsAffected(); err != nil {
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return out, err
+			}
+			if c, ok := ids[seq]; ok {
+				got = append(got, c)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return out, err
-		} else if n == 1 {
-			got = append(got, claimed{c, id})
 		}
 	}
+	slices.SortFunc(got, func(a, b claimed) int { return cmp.Compare(a.c.seq, b.c.seq) })
 	if len(got) == 0 {
 		return out, nil
 	}
@@ -461,7 +586,7 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 					}
 					_, err = t.exec(ctx, "UPDATE rheo_deliveries SET status = 0, reason = ?, due_at = ?, lease_id = NULL, consumer_id = NULL, "+
 						"expires_at = NULL WHERE grp_id = ? AND part = ? AND seq = ?",
-						reqs[i].Reason, micros(reqs[i].AvailableAt), g.id, p, l.Event.Sequence)
+						reqs[i].Reason, nackDue(micros(reqs[i].AvailableAt), nowUS), g.id, p, l.Event.Sequence)
 					t.wake(stream)
 				default:
 					errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, reqs[i].Kind)

@@ -8,8 +8,16 @@ import (
 	"github.com/rheo-go/rheo"
 )
 
-// dueNow is the due time of a reopened delivery: claimable at any clock.
-const dueNow = math.MinInt64
+// dueNow is the due time of a delivery available at once (reopened,
+// redriven, nacked without a delay): claimable at any clock. Such rows have
+// an index of their own, in sequence order, and only they are left out of
+// the index of due times (see Store.claimable). DueNowSQL is the same
+// value as an SQL literal: partial indexes are matched to a query by their
+// predicate's text, which a bound parameter cannot be.
+const (
+	dueNow    = math.MinInt64 + 1
+	DueNowSQL = "-9223372036854775807"
+)
 
 // reopenSet is the assignment that makes a delivery available again with
 // attempts starting from 0 and any lease stale.

@@ -1,0 +1,89 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/sqlite"
+	"github.com/rheo-go/rheo/clock"
+)
+
+// TestUpgradeKeepsDueTimes opens a store whose deliveries were written
+// before schema version 3 (a reopened one due at math.MinInt64, a nack
+// without a delay due at its own time, the old index of due times) and
+// checks that after the upgrade a fetch claims exactly what it claimed
+// before: the available ones at once, in sequence order, and the delayed
+// ones when their delay is over.
+func TestUpgradeKeepsDueTimes(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "rheo.db")
+	clk := clock.NewFrozen(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b, err := sqlite.Open(ctx, path)
+	require.NoError(t, err)
+	c := rheo.New(b, rheo.WithClock(clk))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	for range 6 {
+		_, err := c.Append(ctx, "s", rheo.Message{Payload: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 6})
+	require.NoError(t, err)
+	require.Len(t, ls, 6)
+	// 1, 4: delayed an hour; 2, 5: available again; 3, 6: acked.
+	for _, i := range []int{0, 3} {
+		require.NoError(t, c.Nack(ctx, ls[i], "later", rheo.Delay(time.Hour)))
+	}
+	for _, i := range []int{1, 4} {
+		require.NoError(t, c.Nack(ctx, ls[i], "again"))
+	}
+	require.NoError(t, c.AckBatch(ctx, []rheo.Lease{ls[2], ls[5]}))
+	require.NoError(t, b.Close())
+
+	// What version 2 wrote: a reopened delivery due at math.MinInt64, a
+	// nack due at the time of the nack, one index of due times.
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	for _, q := range []string{
+		"UPDATE rheo_deliveries SET due_at = " + strconv.FormatInt(math.MinInt64, 10) + " WHERE seq = 2",
+		"UPDATE rheo_deliveries SET due_at = " + strconv.FormatInt(clk.Now().UnixMicro(), 10) + " WHERE seq = 5",
+		"DROP INDEX rheo_deliveries_ready",
+		"DROP INDEX rheo_deliveries_timed",
+		"CREATE INDEX rheo_deliveries_due ON rheo_deliveries (grp_id, part, due_at)",
+		"DELETE FROM rheo_schema WHERE version = 3",
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, db.Close())
+
+	b, err = sqlite.Open(ctx, path)
+	require.NoError(t, err)
+	defer b.Close()
+	v, err := b.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, v)
+	c = rheo.New(b, rheo.WithClock(clk))
+	seqs := func() []int64 {
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
+		require.NoError(t, err)
+		var out []int64
+		for _, l := range ls {
+			out = append(out, l.Event.Sequence)
+		}
+		require.NoError(t, c.AckBatch(ctx, ls))
+		return out
+	}
+	require.Equal(t, []int64{2, 5}, seqs(), "the available ones, at once")
+	require.Empty(t, seqs(), "the delayed ones wait")
+	clk.Advance(time.Hour)
+	require.Equal(t, []int64{1, 4}, seqs(), "and come when their delay is over")
+}
