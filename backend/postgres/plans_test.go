@@ -61,18 +61,12 @@ func TestHotPathPlans(t *testing.T) {
 	require.NoError(t, err)
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
 	require.NoError(t, err)
-	var gid int64
-	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
-	lids := make([]string, 100)
-	for i := range lids {
-		lids[i] = "00000000-0000-0000-0000-000000000000"
-	}
 	now := time.Now().UnixMicro()
-	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r", 25)
+	explainFetch(t, be, now)
 	// An hour on, the leases just taken have expired: the fetch takes them
 	// again (the redelivery path) and dead-letters none (limit 5).
 	later := now + 3600*1000000
-	explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, later, later+30000000, "c", lids, 5, int32(0), "r", 25)
+	explainFetch(t, be, later)
 	parts2 := make([]int32, len(ls))
 	seqs := make([]int64, len(ls))
 	l2 := make([]string, len(ls))
@@ -83,6 +77,8 @@ func TestHotPathPlans(t *testing.T) {
 	for i, l := range ls {
 		parts2[i], seqs[i], l2[i], e2[i], kinds[i] = int32(l.Event.Partition), l.Event.Sequence, l.ID, l.Event.ID, 1
 	}
+	var gid int64
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
 	explain(t, be, postgres.SettleGUCsForTest, be.SettleSQLForTest(), gid, now, parts2, seqs, l2, e2, kinds, reasons, avail, 5, "chan", "s")
 }
 
@@ -120,6 +116,18 @@ func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) [
 	}
 	require.NoError(t, rows.Err())
 	return lines
+}
+
+// explainFetch explains a fetch of 100 from partitions 0-3 of stream 1 by
+// the backend's one group, at now (microseconds).
+func explainFetch(t *testing.T, be *postgres.Backend, now int64) []string {
+	var gid int64
+	require.NoError(t, be.Pool().QueryRow(context.Background(), "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
+	lids := make([]string, 100)
+	for i := range lids {
+		lids[i] = "00000000-0000-0000-0000-000000000000"
+	}
+	return explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r", 25)
 }
 
 // TestFetchReadsOnlyClaimable checks that a fetch reads past none of the
@@ -165,14 +173,7 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 	_, err = be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_deliveries")
 	require.NoError(t, err)
 
-	var gid int64
-	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
-	lids := make([]string, 100)
-	for i := range lids {
-		lids[i] = "00000000-0000-0000-0000-000000000000"
-	}
-	now := time.Now().UnixMicro()
-	lines := explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r", 25)
+	lines := explainFetch(t, be, time.Now().UnixMicro())
 	leased := 0
 	node := "" // the plan node the lines that follow describe
 	for _, line := range lines {
