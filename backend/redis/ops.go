@@ -267,6 +267,12 @@ func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, erro
 // across partitions starting from one that rotates between fetches (in this
 // process; fairness does not need agreement between processes).
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	return b.fetch(ctx, fetchScript, r)
+}
+
+// fetch is Fetch with the script to run (the tests run an instrumented
+// copy of fetchScript).
+func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.FetchRequest) ([]rheo.Lease, error) {
 	base := b.streamBase(r.Stream)
 	k := len(r.Partitions)
 	now := r.Now.UnixMicro()
@@ -284,7 +290,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		args = append(args, leaseIDs[i])
 	}
 	args = append(args, r.ConsumerID)
-	v, err := b.run(ctx, fetchScript, base, args...)
+	v, err := b.run(ctx, script, base, args...)
 	if err != nil {
 		if nf := notFound(err, r.Stream, r.Group); nf != nil {
 			return nil, nf

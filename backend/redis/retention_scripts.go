@@ -19,9 +19,9 @@ local function drop_group(g, n)
   local gb = gbase(g)
   for p = 0, n - 1 do
     pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), g)
-    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
+    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
   end
-  redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk')
+  redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm')
   redis.call('HDEL', base .. 'groups', g)
 end
 -- uvarint reads a length prefix (IDs are at most 200 bytes: two bytes).
@@ -136,6 +136,7 @@ for _, g in ipairs(gs) do
     bulk({'HDEL', gb .. 'c:' .. p}, seqs, 1000)
     bulk({'ZREM', gb .. 'd:' .. p}, seqs, 1000)
     unpin(gb .. 'd:' .. p)
+    bulk({'ZREM', gb .. 'a:' .. p}, seqs, 1000)
     bulk({'XACK', sk, g.name}, acks, 1000)
   end
   redis.call('ZREMRANGEBYSCORE', gb .. 't:' .. p, '-inf', fmt(through))

@@ -175,6 +175,55 @@ local function cursor(p)
   end
   return 0
 end
+-- Ready sets: a:<p> holds, scored by sequence, exactly the members of the
+-- due set d:<p> whose due time is at or below the partition's watermark,
+-- field p of the hash m (µs; the now of a past fetch), so that a fetch
+-- claims the lowest sequences due with a ZRANGE of the first few instead of
+-- reading and sorting every due delivery. Whatever writes a due time keeps
+-- that true (set_due); a fetch moves what became due since the watermark
+-- and buries the poison among it, so no lease at its attempt limit is ever
+-- ready. A partition without a watermark (a store written by earlier
+-- versions) has no ready set yet: its next fetch builds one from d:<p>.
+local M = {}
+local function getM(p)
+  local m = M[p]
+  if m == nil then
+    m = redis.call('HGET', gb .. 'm', p) or false
+    M[p] = m
+  end
+  return m
+end
+-- lower moves partition p's watermark below s: the members due in
+-- [s, watermark] leave the ready set. A lease is about to be given the due
+-- time s (a renewal on a clock behind the watermark): it must not be ready
+-- before a fetch has checked it for poison.
+local function lower(p, s)
+  local m = getM(p)
+  if not m or s > tonumber(m) then return end
+  local back = redis.call('ZRANGEBYSCORE', gb .. 'd:' .. p, s, m)
+  if #back > 0 then bulk({'ZREM', gb .. 'a:' .. p}, back, 1000) end
+  m = fmt(s - 1)
+  redis.call('HSET', gb .. 'm', p, m)
+  M[p] = m
+end
+-- set_due gives sequence ss of partition p the due time at (µs; 0 = now)
+-- in d:<p>, and keeps a:<p> in step: a delivery waiting to be claimed again
+-- due by the watermark is ready at once; a lease never is.
+local function set_due(p, ss, at, leased)
+  local m = getM(p)
+  if m then
+    local akey = gb .. 'a:' .. p
+    if tonumber(at) > tonumber(m) then
+      redis.call('ZREM', akey, ss)
+    elseif leased then
+      lower(p, tonumber(at))
+      redis.call('ZREM', akey, ss)
+    else
+      redis.call('ZADD', akey, ss, ss)
+    end
+  end
+  redis.call('ZADD', gb .. 'd:' .. p, at, ss)
+end
 -- reopen makes an offered delivery available now with attempts reset,
 -- wherever it was: leased or waiting (in the PEL), acked or dead-lettered.
 local function reopen(p, seq)
@@ -191,7 +240,7 @@ local function reopen(p, seq)
     redis.call('XCLAIM', skey(p), group, 'rheo', 0, ss .. '-0', 'FORCE', 'JUSTID')
   end
   redis.call('HSET', lkey, ss, ':0')
-  redis.call('ZADD', gb .. 'd:' .. p, 0, ss)
+  set_due(p, ss, 0, false)
 end
 local function wake()
   redis.call('SPUBLISH', base .. 'wake', '1')
@@ -327,10 +376,10 @@ if redis.call('HSETNX', base .. 'groups', group, ARGV[4]) == 0 then
   return redis.error_reply('RHEO_EXISTS')
 end
 local n = tonumber(ARGV[5])
-redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh')
+redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm')
 for p = 0, n - 1 do
   local s = ARGV[6 + p]
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
   local ok = pcall(redis.call, 'XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
   if not ok then
     redis.call('XGROUP', 'DESTROY', skey(p), group)
@@ -358,7 +407,9 @@ return 1
 // written by earlier versions may hold leases as "<lease ID>:<attempt>" with
 // the claim record "<lease ID>:<claimed at>:<consumer ID>" in c:<p>: every
 // script reads both, and removes c:<p> fields with the lease.
-var fetchScript = goredis.NewScript(common + groupCommon + `
+var fetchScript = goredis.NewScript(fetchSource)
+
+const fetchSource = common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = tonumber(ARGV[4])
 local nowS = ARGV[4]
@@ -372,78 +423,116 @@ local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
 local out = {}
 local nout = 0
-local due = {}
+local ready = {} -- partition -> how many deliveries its ready set holds (false: not known yet)
 local newdone = {}
--- scan_due lists every due delivery of partition p (available with any
--- nack delay passed, or leased and expired). Expired leases at the attempt
--- limit are dead-lettered on the way (R6): a fetch buries all the poison of
--- the partitions it serves before it claims, on every backend. The rest
--- come back as numbers in sequence order (R3), whatever their due times.
-local function scan_due(p)
+local setm = {}
+-- prepare brings partition p's ready set (see set_due) to now, m being its
+-- watermark (false: none yet, so the set is built from the whole due set).
+-- Deliveries that became due since the watermark (available with any nack
+-- delay passed, or leased and expired) join the ready set; expired leases
+-- at the attempt limit are dead-lettered instead (R6): a fetch buries all
+-- the poison of the partitions it serves before it claims, on every
+-- backend. A clock behind the watermark takes back what is not due by it.
+-- Each delivery is moved once per time it becomes due, so a fetch does not
+-- read the backlog of ready deliveries, only its first few (take). The
+-- watermark moves to now only when that changes what it means: when
+-- something moved, when the clock is behind it, or when there was none.
+local function prepare(p, m)
   local lkey = gb .. 'l:' .. p
   local dkey = gb .. 'd:' .. p
-  local lst = redis.call('ZRANGEBYSCORE', dkey, '-inf', nowS)
-  local nums, drop, poison, acks, atts = {}, {}, {}, {}, {}
-  local i = 1
-  while i <= #lst do
-    local j = math.min(i + 999, #lst)
-    local vals = redis.call('HMGET', lkey, unpack(lst, i, j))
-    for x = 1, #vals do
-      local ss = lst[i + x - 1]
-      local v = vals[x]
-      if not v then
-        drop[#drop + 1] = ss
-      else
-        local lid, att = string.match(v, '^([^:]*):(%d+)')
-        att = tonumber(att)
-        if lid ~= '' and att >= maxA then
+  local akey = gb .. 'a:' .. p
+  local lo = nil
+  local moved = false
+  if not m then
+    redis.call('DEL', akey)
+    lo = '-inf'
+    moved = true
+  elseif now > tonumber(m) then
+    lo = '(' .. m
+  elseif now < tonumber(m) then
+    local back = redis.call('ZRANGEBYSCORE', dkey, '(' .. nowS, m)
+    if #back > 0 then bulk({'ZREM', akey}, back, 1000) end
+    moved = true
+  end
+  if lo then
+    local lst = redis.call('ZRANGEBYSCORE', dkey, lo, nowS)
+    if #lst > 0 then moved = true end
+    local drop, poison, acks, add = {}, {}, {}, {}
+    local i = 1
+    while i <= #lst do
+      local j = math.min(i + 999, #lst)
+      local vals = redis.call('HMGET', lkey, unpack(lst, i, j))
+      for x = 1, #vals do
+        local ss = lst[i + x - 1]
+        local v = vals[x]
+        if not v then
           drop[#drop + 1] = ss
-          poison[#poison + 1] = ss
-          acks[#acks + 1] = ss .. '-0'
-          dead(p, tonumber(ss), att, 'max_attempts: lease expired', nowS)
         else
-          nums[#nums + 1] = tonumber(ss)
-          atts[ss] = att
+          local lid, att = string.match(v, '^([^:]*):(%d+)')
+          att = tonumber(att)
+          if lid ~= '' and att >= maxA then
+            drop[#drop + 1] = ss
+            poison[#poison + 1] = ss
+            acks[#acks + 1] = ss .. '-0'
+            dead(p, tonumber(ss), att, 'max_attempts: lease expired', nowS)
+          else
+            add[#add + 1] = ss
+            add[#add + 1] = ss
+          end
         end
       end
+      i = j + 1
     end
-    i = j + 1
+    if #drop > 0 then
+      bulk({'ZREM', dkey}, drop, 1000)
+      unpin(dkey)
+    end
+    if #poison > 0 then
+      bulk({'HDEL', lkey}, poison, 1000)
+      forget_claims(p, poison)
+      bulk({'XACK', skey(p), group}, acks, 1000)
+    end
+    if #add > 0 then bulk({'ZADD', akey}, add, 1000) end
   end
-  if #drop > 0 then
-    bulk({'ZREM', dkey}, drop, 1000)
-    unpin(dkey)
+  if moved then
+    setm[#setm + 1] = p
+    setm[#setm + 1] = nowS
+    M[p] = nowS
   end
-  if #poison > 0 then
-    bulk({'HDEL', lkey}, poison, 1000)
-    forget_claims(p, poison)
-    bulk({'XACK', skey(p), group}, acks, 1000)
+end
+-- prepare_run prepares parts[i..j], then asks in one EXISTS whether any of
+-- them has a ready set (usually none does).
+local function prepare_run(i, j)
+  local fs, ks = {}, {}
+  for x = i, j do
+    fs[#fs + 1] = parts[x]
+    ks[#ks + 1] = gb .. 'a:' .. parts[x]
   end
-  table.sort(nums)
-  return nums, atts
+  local ms = redis.call('HMGET', gb .. 'm', unpack(fs))
+  for x = i, j do prepare(parts[x], ms[x - i + 1]) end
+  local any = redis.call('EXISTS', unpack(ks)) > 0
+  for x = i, j do
+    if any then ready[parts[x]] = false else ready[parts[x]] = 0 end
+  end
 end
 -- A partition without a due set has nothing to claim again: a fetch from
 -- many partitions asks which of a run of 32 have one in one EXISTS, and
--- scans only the runs where some do.
-local function scan_run(i, j)
-  for x = i, j do
-    local nums, atts = scan_due(parts[x])
-    due[parts[x]] = {list = nums, att = atts, pos = 1}
-  end
-end
+-- prepares only the runs where some do.
 if k <= 8 then
-  scan_run(1, k)
+  prepare_run(1, k)
 else
   for i = 1, k, 32 do
     local j = math.min(i + 31, k)
     local ks = {}
     for x = i, j do ks[#ks + 1] = gb .. 'd:' .. parts[x] end
     if redis.call('EXISTS', unpack(ks)) > 0 then
-      scan_run(i, j)
+      prepare_run(i, j)
     else
-      for x = i, j do due[parts[x]] = {list = {}, att = {}, pos = 1} end
+      for x = i, j do ready[parts[x]] = 0 end
     end
   end
 end
+if #setm > 0 then bulk({'HSET', gb .. 'm'}, setm, 1000) end
 
 -- lease_fresh leases entries ents of partition p, just read with
 -- XREADGROUP (offered now): attempt 1, the next fresh lease IDs in entry
@@ -476,40 +565,60 @@ local function take(p, want)
   local got = 0
   local lkey = gb .. 'l:' .. p
   local dkey = gb .. 'd:' .. p
+  local akey = gb .. 'a:' .. p
   local sk = skey(p)
-  -- Claimable deliveries already offered, lowest sequence first.
-  local dc = due[p]
-  if got < want and dc.pos <= #dc.list then
-    local hset, zadd, claim, rows = {}, {}, {}, {}
-    while got < want and dc.pos <= #dc.list do
-      local seq = dc.list[dc.pos]
-      dc.pos = dc.pos + 1
-      local ss = fmt(seq)
-      local att = dc.att[ss]
-      used = used + 1
-      local id = ARGV[idbase + used]
-      hset[#hset + 1] = ss
-      hset[#hset + 1] = id .. ':' .. fmt(att + 1) .. claimed
-      zadd[#zadd + 1] = exp
-      zadd[#zadd + 1] = ss
-      claim[#claim + 1] = ss .. '-0'
-      rows[ss .. '-0'] = {seq, id, att + 1}
-      got = got + 1
+  -- Claimable deliveries already offered, lowest sequence first: the first
+  -- of the ready set.
+  while got < want and ready[p] ~= 0 do
+    local n = math.min(want - got, 1000)
+    local lst = redis.call('ZRANGE', akey, 0, n - 1)
+    if #lst < n then
+      ready[p] = 0
+    elseif ready[p] then
+      ready[p] = ready[p] - #lst
     end
-    bulk({'HSET', lkey}, hset, 1000)
-    bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
-    local red = {}
-    for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
-      for _, ent in ipairs(r) do
-        local row = rows[ent[1]]
-        if row then
-          red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = ent[2]
-        end
+    if #lst == 0 then break end
+    redis.call('ZREM', akey, unpack(lst))
+    local vals = redis.call('HMGET', lkey, unpack(lst))
+    local hset, zadd, claim, rows, drop = {}, {}, {}, {}, {}
+    for x = 1, #lst do
+      local ss, v = lst[x], vals[x]
+      if not v then
+        -- A due time without a delivery goes, as in prepare.
+        drop[#drop + 1] = ss
+      else
+        local att = tonumber(string.match(v, '^[^:]*:(%d+)'))
+        used = used + 1
+        local id = ARGV[idbase + used]
+        hset[#hset + 1] = ss
+        hset[#hset + 1] = id .. ':' .. fmt(att + 1) .. claimed
+        zadd[#zadd + 1] = exp
+        zadd[#zadd + 1] = ss
+        claim[#claim + 1] = ss .. '-0'
+        rows[ss .. '-0'] = {tonumber(ss), id, att + 1}
+        got = got + 1
       end
     end
-    if #red > 0 then
-      out[nout + 1] = p; out[nout + 2] = 0; out[nout + 3] = red
-      nout = nout + 3
+    if #drop > 0 then
+      bulk({'ZREM', dkey}, drop, 1000)
+      unpin(dkey)
+    end
+    if #claim > 0 then
+      bulk({'HSET', lkey}, hset, 1000)
+      bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
+      local red = {}
+      for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
+        for _, ent in ipairs(r) do
+          local row = rows[ent[1]]
+          if row then
+            red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = ent[2]
+          end
+        end
+      end
+      if #red > 0 then
+        out[nout + 1] = p; out[nout + 2] = 0; out[nout + 3] = red
+        nout = nout + 3
+      end
     end
   end
   -- Events not offered yet.
@@ -552,7 +661,11 @@ local remaining = limit
 local exhausted = {}
 local quota = math.ceil(limit / k)
 local pass = 0
-local function idle(x) local dc = due[parts[x]]; return dc.pos > #dc.list end
+local function idle(x)
+  local p = parts[x]
+  if ready[p] == false then ready[p] = redis.call('ZCARD', gb .. 'a:' .. p) end
+  return ready[p] == 0
+end
 while remaining > 0 do
   local progress = false
   local i = 1
@@ -561,8 +674,8 @@ while remaining > 0 do
     -- In the first pass, a run of partitions with nothing to claim again,
     -- each of which can have its whole quota, reads in one call.
     local j = i - 1
-    if pass == 0 and remaining >= quota then
-      local fit = math.floor(remaining / quota)
+    local fit = math.floor(remaining / quota)
+    if pass == 0 and i < k and fit >= 2 then
       while j + 1 <= k and j + 1 - i < fit and idle(j + 1) do j = j + 1 end
     end
     if j > i then
@@ -592,7 +705,7 @@ while remaining > 0 do
 end
 flush_frontier()
 return out
-`)
+`
 
 // settle: ARGV[4] now, ARGV[5] n, ARGV[6] g, the number of partition
 // groups; then g triples (partition, count, repeats: 1 if a position comes
@@ -634,6 +747,7 @@ while x <= #ARGV do
 end
 local at = mrange(base .. 'ids', eb + 1, eb + n)
 local res = {}
+local unready = {} -- {partition, sequences settled for good}
 local woke = false
 local q = 0
 for gi = 1, g do
@@ -671,7 +785,7 @@ for gi = 1, g do
           local w = ':' .. fmt(att)
           if written then written[ss] = w end
           redis.call('HSET', lkey, ss, w)
-          redis.call('ZADD', gb .. 'd:' .. p, avails[i], ss)
+          set_due(p, ss, avails[i], false)
           woke = true
         else
           if written then written[ss] = false end
@@ -693,10 +807,23 @@ for gi = 1, g do
     local dkey = gb .. 'd:' .. p
     bulk({'ZREM', dkey}, rm, 1000)
     unpin(dkey)
+    unready[#unready + 1] = {p, rm}
     -- XACK reads a bare sequence as the entry ID <sequence>-0.
     bulk({'XACK', skey(p), group}, rm, 1000)
   end
   q = q + c
+end
+-- What was settled for good leaves the ready sets too. Only expired leases
+-- are ready, so a batch over many partitions first asks whether any of
+-- them has a ready set at all.
+if #unready == 1 then
+  bulk({'ZREM', gb .. 'a:' .. unready[1][1]}, unready[1][2], 1000)
+elseif #unready > 1 then
+  local ks = {}
+  for i, u in ipairs(unready) do ks[i] = gb .. 'a:' .. u[1] end
+  if redis.call('EXISTS', unpack(ks)) > 0 then
+    for _, u in ipairs(unready) do bulk({'ZREM', gb .. 'a:' .. u[1]}, u[2], 1000) end
+  end
 end
 flush_frontier()
 if woke then wake() end
@@ -715,7 +842,7 @@ if v then cur = string.match(v, '^([^:]*):') end
 if not v or cur == '' or cur ~= ARGV[6] then return 1 end
 if redis.call('HGET', base .. 'ids', ARGV[9]) ~= p .. ':' .. ss then return 1 end
 if ARGV[7] ~= ss .. '-0' then return 2 end
-redis.call('ZADD', gb .. 'd:' .. p, ARGV[8], ss)
+set_due(p, ss, ARGV[8], true)
 return 0
 `)
 
@@ -849,6 +976,7 @@ for i = 1, nf do
     forget_claims(p, drop)
     bulk({'ZREM', dkey}, drop, 1000)
     unpin(dkey)
+    bulk({'ZREM', gb .. 'a:' .. p}, drop, 1000)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
   redis.call('ZREMRANGEBYSCORE', gb .. 't:' .. p, '(' .. fmt(s), '+inf')
@@ -916,7 +1044,7 @@ for i = 0, n - 1 do
   local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local pn = tonumber(p)
   reopened = reopened + math.max(cursor(p) - tonumber(s), 0)
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
   local lo, hi = fmt(pn * PSHIFT), fmt(pn * PSHIFT + PSHIFT - 1)
   local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
   if #dl > 0 then
