@@ -562,6 +562,26 @@ func runRetry(t *testing.T, f Factory) {
 			require.NoError(t, e.c.Nack(e.ctx, e.fetchN(s, g, 1)[0], "x", rheo.Delay(0)))
 			require.Len(t, e.fetch(s, g, rheo.FetchOptions{}), 1)
 		}},
+		{"nack_is_due_at_its_time_whatever_the_fetchers_clock", func(t *testing.T, f Factory) {
+			// A nack is due at the time it gives (its clock, plus any
+			// delay): a fetch whose clock is behind that time, a
+			// process whose clock lags the nacker's, does not take it
+			// yet, whether the nack had a delay or not.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, 2)
+			e.clk.Set(Epoch.Add(10 * time.Second))
+			require.NoError(t, e.c.Nack(e.ctx, ls[0], "x"))
+			require.NoError(t, e.c.Nack(e.ctx, ls[1], "x", rheo.Delay(5*time.Second)))
+			e.clk.Set(Epoch.Add(10*time.Second - time.Microsecond))
+			e.requireNone(s, g)
+			e.clk.Set(Epoch.Add(10 * time.Second))
+			require.Equal(t, []pos{{0, 1}}, positions(e.fetch(s, g, rheo.FetchOptions{Limit: 10})))
+			e.clk.Set(Epoch.Add(15 * time.Second))
+			require.Equal(t, []pos{{0, 2}}, positions(e.fetch(s, g, rheo.FetchOptions{Limit: 10})))
+		}},
 		{"reject_dead_letters_at_once_with_reason_verbatim", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

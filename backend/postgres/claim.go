@@ -17,7 +17,8 @@ const poisonReason = "max_attempts: lease expired"
 // fetchSQL claims in one statement. Claimable deliveries come from two
 // partial indexes, so that it reads none it cannot claim however many
 // there are: those available at once (reopened, redriven, nacked without
-// a delay: due {DUENOW}) a limit per partition in sequence order (oldr),
+// a delay: due below the bound of {READY}; see sqlstore.ReadySQL) a limit
+// per partition in sequence order (oldr),
 // and those due at a time that has come (expired leases, retries whose
 // delay is over) from the index of due times (oldt; its ORDER BY seq + 0
 // keeps the planner from walking the partition's deliveries in sequence
@@ -61,17 +62,17 @@ const poisonReason = "max_attempts: lease expired"
 // but for the LATERAL probes).
 const fetchSQL = `
 WITH RECURSIVE tp(part) AS (
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.due_at <> {DUENOW} ORDER BY x.part LIMIT 1)
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} ORDER BY x.part LIMIT 1)
 	UNION ALL
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.due_at <> {DUENOW} AND x.part > tp.part
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} AND x.part > tp.part
 		ORDER BY x.part LIMIT 1)
 	FROM tp WHERE tp.part IS NOT NULL
 ),
 rp(part) AS (
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.due_at = {DUENOW}
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.{READY}
 		ORDER BY x.part LIMIT 1)
 	UNION ALL
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.due_at = {DUENOW}
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.{READY}
 		AND x.part > rp.part ORDER BY x.part LIMIT 1)
 	FROM rp WHERE rp.part IS NOT NULL
 ),
@@ -88,7 +89,7 @@ gp AS (
 psel AS (
 	SELECT d.tid FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
 		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.due_at <> {DUENOW}
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
 			AND x.status = 1 AND x.attempt >= $9
 		FOR UPDATE SKIP LOCKED
 	) d
@@ -102,7 +103,7 @@ poison AS (
 oldr AS (
 	SELECT d.* FROM (SELECT part FROM rp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 0 AND x.due_at = {DUENOW}
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 0 AND x.{READY} AND x.due_at <= $5 - {OFFSET}
 		ORDER BY x.seq LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
@@ -110,7 +111,7 @@ oldr AS (
 oldt AS (
 	SELECT d.* FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.due_at <> {DUENOW}
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
 			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
 		ORDER BY x.seq + 0 LIMIT $4
 		FOR UPDATE SKIP LOCKED
@@ -435,7 +436,7 @@ UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 const settledSet = `
 		status = CASE WHEN {R}.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
 		reason = CASE WHEN {R}.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END,
-		due_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN {DUENOW} ELSE {R}.avail END END,
+		due_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN greatest({R}.avail - {OFFSET}, -9223372036854775807) ELSE {R}.avail END END,
 		dead_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
 		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
@@ -631,7 +632,7 @@ type statements struct {
 }
 
 func (b *Backend) prepareTexts() {
-	due := func(q string) string { return strings.ReplaceAll(q, "{DUENOW}", sqlstore.DueNowSQL) }
+	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
 	b.fetchSkip = b.sqlf(due(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1)))
 	b.fetchWait = b.sqlf(due(strings.Replace(fetchSQL, "{GPLOCK}", "", 1)))
 	b.renewSQL = b.sqlf(renewSQL)

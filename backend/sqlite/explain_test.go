@@ -81,19 +81,19 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	hot := map[string][]any{
 		// Fetch: cursors, high watermarks, poison sweep, claimable rows
 		// (one partition, several), claimed events, materialization.
-		"fetch cursors":   {"SELECT part, offered FROM rheo_group_parts WHERE grp_id = ? AND part IN (?, ?) ORDER BY part", 1, 0, 1},
-		"fetch due partitions": {"WITH RECURSIVE t(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND due_at <> " + sqlstore.DueNowSQL +
-			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND due_at <> " + sqlstore.DueNowSQL + " AND part > t.part) FROM t WHERE t.part IS NOT NULL), " +
-			"r(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND due_at = " + sqlstore.DueNowSQL +
-			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND due_at = " + sqlstore.DueNowSQL + " AND part > r.part) FROM r WHERE r.part IS NOT NULL) " +
+		"fetch cursors": {"SELECT part, offered FROM rheo_group_parts WHERE grp_id = ? AND part IN (?, ?) ORDER BY part", 1, 0, 1},
+		"fetch due partitions": {"WITH RECURSIVE t(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND " + sqlstore.TimedSQL +
+			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND " + sqlstore.TimedSQL + " AND part > t.part) FROM t WHERE t.part IS NOT NULL), " +
+			"r(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND " + sqlstore.ReadySQL +
+			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND " + sqlstore.ReadySQL + " AND part > r.part) FROM r WHERE r.part IS NOT NULL) " +
 			"SELECT 0, part FROM t WHERE part IS NOT NULL UNION ALL SELECT 1, part FROM r WHERE part IS NOT NULL", 1, 1, 1, 1},
-		"fetch poison": {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND due_at <> " + sqlstore.DueNowSQL +
+		"fetch poison": {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND " + sqlstore.TimedSQL +
 			" AND status = 1 AND attempt >= ?", 1, 0, 1, now, 5},
-		"fetch claimable, due": {"SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part IN (?, ?) AND due_at <> " + sqlstore.DueNowSQL +
+		"fetch claimable, due": {"SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part IN (?, ?) AND " + sqlstore.TimedSQL +
 			" AND due_at <= ?", 1, 0, 1, now},
-		"fetch claimable, at once": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status = 0 AND due_at = " +
-			sqlstore.DueNowSQL + " ORDER BY seq LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? " +
-			"AND status = 0 AND due_at = " + sqlstore.DueNowSQL + " ORDER BY seq LIMIT ?)", 1, 0, 100, 1, 1, 100},
+		"fetch claimable, at once": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status = 0 AND " +
+			sqlstore.ReadySQL + " AND due_at <= ? ORDER BY seq LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? " +
+			"AND status = 0 AND " + sqlstore.ReadySQL + " AND due_at <= ? ORDER BY seq LIMIT ?)", 1, 0, now, 100, 1, 1, now, 100},
 		"fetch claim":       {"UPDATE rheo_deliveries SET status = 1 WHERE grp_id = ? AND part = ? AND seq = ? AND due_at <= ?", 1, 0, 5, now},
 		"fetch new events":  {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq", 1, 0, 10, 110},
 		"fetch cursor move": {"UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", 5, 1, 0},

@@ -90,7 +90,7 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 			b = Builder{}
 			b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
 				S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
-			inParts(&b, timed).S(" AND due_at <= ").Arg(now).S(" AND due_at <> " + DueNowSQL + " AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
+			inParts(&b, timed).S(" AND due_at <= ").Arg(now).S(" AND " + TimedSQL + " AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
 			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
 				return err
 			}
@@ -189,7 +189,8 @@ func coversAll(parts []int, n int) bool {
 
 // claimable returns the first limit claimable deliveries of each of parts
 // (indexed by idx) in sequence order: those available at once (status 0,
-// due DueNowSQL: reopened, redriven, nacked without a delay), a limit per
+// below ReadySQL's bound: reopened, redriven, nacked without a delay; see
+// dueNow), a limit per
 // partition read from their own index in sequence order, merged with those
 // due at a time that has come (expired leases, delayed retries whose delay
 // is over), read from the index of due times. ready and timed are the
@@ -221,7 +222,7 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 	if len(timed) > 0 {
 		var b Builder
 		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp)
-		inParts(&b, timed).S(" AND due_at <> " + DueNowSQL + " AND due_at <= ").Arg(now)
+		inParts(&b, timed).S(" AND " + TimedSQL + " AND due_at <= ").Arg(now)
 		if err := scan(&b); err != nil {
 			return nil, err
 		}
@@ -234,7 +235,8 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 				b.S(" UNION ALL ")
 			}
 			b.S("SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
-				S(" AND part = ").Arg(p).S(" AND status = 0 AND due_at = " + DueNowSQL + " ORDER BY seq LIMIT ").Arg(limit).S(")")
+				S(" AND part = ").Arg(p).S(" AND status = 0 AND " + ReadySQL + " AND due_at <= ").Arg(readyDue(now)).
+				S(" ORDER BY seq LIMIT ").Arg(limit).S(")")
 		}
 		if err := scan(&b); err != nil {
 			return nil, err
@@ -263,9 +265,9 @@ func (s *Store) dueParts(ctx context.Context, t *writeTx, grp int64, idx map[int
 	}
 	var b Builder
 	b.S("WITH RECURSIVE ")
-	skip(&b, "t", "due_at <> "+DueNowSQL)
+	skip(&b, "t", TimedSQL)
 	b.S(", ")
-	skip(&b, "r", "status = 0 AND due_at = "+DueNowSQL)
+	skip(&b, "r", "status = 0 AND "+ReadySQL)
 	b.S(" SELECT 0, part FROM t WHERE part IS NOT NULL UNION ALL SELECT 1, part FROM r WHERE part IS NOT NULL")
 	rows, err := t.query(ctx, b.SQL(), b.Args()...)
 	if err != nil {
@@ -289,12 +291,12 @@ func (s *Store) dueParts(ctx context.Context, t *writeTx, grp int64, idx map[int
 	return timed, ready, rows.Err()
 }
 
-// nackDue is the due time a nack stores: dueNow when the delivery is
-// available at once (at or before the settle's time), its own time when it
-// is delayed.
+// nackDue is the due time a nack at now stores: its time minus readyOffset
+// when the delivery is available already (see dueNow), its own time when
+// it is delayed.
 func nackDue(avail, now int64) int64 {
 	if avail <= now {
-		return dueNow
+		return max(readyDue(avail), dueNow)
 	}
 	return avail
 }

@@ -8,16 +8,35 @@ import (
 	"github.com/rheo-go/rheo"
 )
 
-// dueNow is the due time of a delivery available at once (reopened,
-// redriven, nacked without a delay): claimable at any clock. Such rows have
-// an index of their own, in sequence order, and only they are left out of
-// the index of due times (see Store.claimable). DueNowSQL is the same
-// value as an SQL literal: partial indexes are matched to a query by their
-// predicate's text, which a bound parameter cannot be.
+// Due times. A delivery available at once (reopened, redriven, nacked
+// without a delay) is stored below ReadySQL's bound, in an index of its own
+// in sequence order; every other due time (a lease's expiry, a delayed
+// nack's end) is stored as itself, at or above it, in an index of due times
+// (TimedSQL). A nack that is due already when it is settled stores its time
+// minus readyOffset, so that it is in the first index and still not due to
+// a fetch whose clock is behind that time (a fetch compares it with its own
+// clock minus readyOffset: readyDue); a reopened delivery stores dueNow,
+// due to any clock. Real times (microseconds within some 70,000 years of
+// 1970) never reach the bound. The predicates are SQL text, not parameters:
+// a partial index is matched to a query by its predicate's text.
 const (
-	dueNow    = math.MinInt64 + 1
-	DueNowSQL = "-9223372036854775807"
+	dueNow      = math.MinInt64 + 1
+	readyOffset = 1 << 62
+	// ReadySQL and TimedSQL are the predicates of the two indexes;
+	// ReadyOffsetSQL is readyOffset.
+	ReadySQL       = "due_at < -2305843009213693952"
+	TimedSQL       = "due_at >= -2305843009213693952"
+	ReadyOffsetSQL = "4611686018427387904"
 )
+
+// readyDue is the bound a fetch at now compares the due times of
+// deliveries available at once with.
+func readyDue(now int64) int64 {
+	if now < math.MinInt64+readyOffset {
+		return math.MinInt64
+	}
+	return now - readyOffset
+}
 
 // reopenSet is the assignment that makes a delivery available again with
 // attempts starting from 0 and any lease stale.
