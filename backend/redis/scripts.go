@@ -426,6 +426,20 @@ local nout = 0
 local ready = {} -- partition -> how many deliveries its ready set holds (false: not known yet)
 local newdone = {}
 local setm = {}
+-- Field '*' of m bounds every watermark from above (only a fetch raises
+-- one, to its own now). A lease due at or below a watermark would never be
+-- moved into the ready set (a fetch moves only what became due after it),
+-- so where a lease's expiry is at or below the bound (a clock behind one
+-- that fetched earlier) its partition's watermark is lowered below it
+-- first: see due_lease.
+local MX = tonumber(redis.call('HGET', gb .. 'm', '*') or '')
+local expN = tonumber(exp)
+local function due_lease(p)
+  if not MX or expN <= MX then -- (no bound yet: look)
+    local m = getM(p)
+    if m and expN <= tonumber(m) then lower(p, expN) end
+  end
+end
 -- prepare brings partition p's ready set (see set_due) to now, m being its
 -- watermark (false: none yet, so the set is built from the whole due set).
 -- Deliveries that became due since the watermark (available with any nack
@@ -532,7 +546,13 @@ else
     end
   end
 end
-if #setm > 0 then bulk({'HSET', gb .. 'm'}, setm, 1000) end
+if #setm > 0 then
+  if not MX or now > MX then
+    setm[#setm + 1] = '*'
+    setm[#setm + 1] = nowS
+  end
+  bulk({'HSET', gb .. 'm'}, setm, 1000)
+end
 
 -- lease_fresh leases entries ents of partition p, just read with
 -- XREADGROUP (offered now): attempt 1, the next fresh lease IDs in entry
@@ -540,6 +560,7 @@ if #setm > 0 then bulk({'HSET', gb .. 'm'}, setm, 1000) end
 local function lease_fresh(p, ents)
   local n = #ents
   if n == 0 then return 0 end
+  due_lease(p)
   local hset, zadd, flat, nh = {}, {}, {}, 0
   local first = used + 1
   for x = 1, n do
@@ -604,6 +625,7 @@ local function take(p, want)
       unpin(dkey)
     end
     if #claim > 0 then
+      due_lease(p)
       bulk({'HSET', lkey}, hset, 1000)
       bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
       local red = {}
