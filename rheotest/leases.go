@@ -287,6 +287,40 @@ func runSettle(t *testing.T, f Factory) {
 			require.ErrorIs(t, be.Errs[2], rheo.ErrStaleLease)
 			e.requireLag(s, g, 0, 2, 2)
 		}},
+		{"settle_batch_naming_one_lease_twice_settles_the_first_request", func(t *testing.T, f Factory) {
+			// Whatever the two kinds, the first request settles the
+			// lease and the second is stale: never both, never the
+			// second's effect.
+			A, N, R := rheo.SettleAck, rheo.SettleNack, rheo.SettleReject
+			for _, ks := range [][2]rheo.SettleKind{{A, N}, {N, A}, {A, R}, {R, A}, {N, R}, {R, N}, {N, N}, {R, R}} {
+				e := newEnv(t, f)
+				s := e.stream(1)
+				e.appendN(s, 0, 1)
+				g := e.group(s, rheo.GroupConfig{})
+				l := e.fetchN(s, g, 1)[0]
+				reqs := []rheo.SettleRequest{
+					{Kind: ks[0], Lease: l, Reason: "first", AvailableAt: e.clk.Now()},
+					{Kind: ks[1], Lease: l, Reason: "second", AvailableAt: e.clk.Now()},
+				}
+				errs, err := e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
+				require.NoError(t, err)
+				require.Len(t, errs, 2)
+				require.NoError(t, errs[0], "kinds %v: the first request", ks)
+				require.ErrorIs(t, errs[1], rheo.ErrStaleLease, "kinds %v: the second request", ks)
+				gi := e.info(s, g)
+				switch ks[0] {
+				case A:
+					require.Equal(t, int64(0), gi.Lag.Total, "kinds %v: acked", ks)
+				case N:
+					require.Equal(t, int64(1), gi.Available, "kinds %v: available again", ks)
+					require.Len(t, e.fetchN(s, g, 1), 1, "kinds %v", ks)
+				case R:
+					dls := e.deadLetters(s, g)
+					require.Len(t, dls, 1, "kinds %v: dead-lettered", ks)
+					require.Equal(t, "first", dls[0].Reason, "kinds %v", ks)
+				}
+			}
+		}},
 		{"ack_batch_spans_groups_and_streams", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s1, s2 := e.stream(1), e.stream(2)

@@ -482,9 +482,22 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	reasons := make([]string, 0, n)
 	avail := make([]int64, 0, n)
 	at := make([]int, 0, n) // statement row -> request index
+	// A lease named twice in one batch: the first request settles it, the
+	// later ones are stale (as on every backend; one statement would
+	// otherwise apply an ack and a nack of it at once, the ack winning).
+	type position struct {
+		part int
+		seq  int64
+		id   string
+	}
+	named := make(map[position]bool, n)
 	for i, r := range reqs {
 		l := r.Lease
+		pos := position{l.Event.Partition, l.Event.Sequence, l.ID}
 		switch {
+		case named[pos]:
+			errs[i] = staleLease(l)
+			continue
 		case l.Event.Partition < 0 || l.Event.Partition >= g.parts:
 			errs[i] = staleLease(l)
 			continue
@@ -495,6 +508,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, r.Kind)
 			continue
 		}
+		named[pos] = true
 		parts = append(parts, int32(l.Event.Partition))
 		seqs = append(seqs, l.Event.Sequence)
 		leaseIDs = append(leaseIDs, l.ID)

@@ -89,8 +89,9 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			"SELECT 0, part FROM t WHERE part IS NOT NULL UNION ALL SELECT 1, part FROM r WHERE part IS NOT NULL", 1, 1, 1, 1},
 		"fetch poison": {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND " + sqlstore.TimedSQL +
 			" AND status = 1 AND attempt >= ?", 1, 0, 1, now, 5},
-		"fetch claimable, due": {"SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part IN (?, ?) AND " + sqlstore.TimedSQL +
-			" AND due_at <= ?", 1, 0, 1, now},
+		"fetch claimable, due": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND " + sqlstore.TimedSQL +
+			" AND due_at <= ? ORDER BY seq + 0 LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND " +
+			sqlstore.TimedSQL + " AND due_at <= ? ORDER BY seq + 0 LIMIT ?)", 1, 0, now, 100, 1, 1, now, 100},
 		"fetch claimable, at once": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status = 0 AND " +
 			sqlstore.ReadySQL + " AND due_at <= ? ORDER BY seq LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? " +
 			"AND status = 0 AND " + sqlstore.ReadySQL + " AND due_at <= ? ORDER BY seq LIMIT ?)", 1, 0, now, 100, 1, 1, now, 100},

@@ -217,30 +217,34 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 		}
 		return rows.Err()
 	}
-	// Due at a time that has come: one range of the due-time index per
-	// partition of timed (those of parts with rows due at a time).
-	if len(timed) > 0 {
-		var b Builder
-		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp)
-		inParts(&b, timed).S(" AND " + TimedSQL + " AND due_at <= ").Arg(now)
-		if err := scan(&b); err != nil {
-			return nil, err
-		}
-	}
-	// Available at once: a limit of each partition, in sequence order.
-	for chunk := range slices.Chunk(ready, 200) {
-		var b Builder
-		for j, p := range chunk {
-			if j > 0 {
-				b.S(" UNION ALL ")
+	// Of each partition, the first limit in sequence order: of those due at
+	// a time that has come (a range of the due-time index), and of those
+	// available at once (the first of their index).
+	perPart := func(ps []int, cond string, due int64, order string) error {
+		for chunk := range slices.Chunk(ps, 200) {
+			var b Builder
+			for j, p := range chunk {
+				if j > 0 {
+					b.S(" UNION ALL ")
+				}
+				b.S("SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
+					S(" AND part = ").Arg(p).S(" AND " + cond + " AND due_at <= ").Arg(due).
+					S(" ORDER BY " + order + " LIMIT ").Arg(limit).S(")")
 			}
-			b.S("SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
-				S(" AND part = ").Arg(p).S(" AND status = 0 AND " + ReadySQL + " AND due_at <= ").Arg(readyDue(now)).
-				S(" ORDER BY seq LIMIT ").Arg(limit).S(")")
+			if err := scan(&b); err != nil {
+				return err
+			}
 		}
-		if err := scan(&b); err != nil {
-			return nil, err
-		}
+		return nil
+	}
+	// (seq + 0: the due-time index's range, sorted, rather than the
+	// partition's deliveries in sequence order, past every lease in flight
+	// and every delayed retry.)
+	if err := perPart(timed, TimedSQL, now, "seq + 0"); err != nil {
+		return nil, err
+	}
+	if err := perPart(ready, "status = 0 AND "+ReadySQL, readyDue(now), "seq"); err != nil {
+		return nil, err
 	}
 	for i, cs := range out {
 		if len(cs) > 1 {
