@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/clock"
 )
 
 // A scale case is a stream whose per-operation cost is compared with that
@@ -21,10 +22,12 @@ type scaleCase struct {
 	events int // events appended before the measured cycles
 	// settled, when set, is what the measured group did with those
 	// events before the cycles: "reopened" (acked them all, then a
-	// Replay reopened them: a backlog of available deliveries) or
+	// Replay reopened them: a backlog of available deliveries),
 	// "delayed" (nacked them all with a day's delay: a backlog of
 	// retries not due yet, as a consumer leaves behind while a
-	// dependency is down).
+	// dependency is down) or "expired" (leased them an hour ago and
+	// never settled them: leases that all expired, as a fleet of
+	// consumers that crashed leaves behind).
 	settled string
 }
 
@@ -35,6 +38,7 @@ func scaleCases(events, settled int) []scaleCase {
 		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, ""},
 		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened"},
 		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed"},
+		{fmt.Sprintf("%s expired", thousands(settled)), 4, 1, settled, "expired"},
 	}
 }
 
@@ -169,6 +173,11 @@ func cycle(ctx context.Context, c *rheo.Client, stream string, i int, d *[4]time
 // (see scaleCase.settled).
 func settle(ctx context.Context, c *rheo.Client, stream string, n int, how string) error {
 	g := groupName(0)
+	if how == "expired" {
+		// Leases taken on a clock an hour behind, with the default
+		// duration: long expired to the measured client.
+		c = rheo.New(c.Backend(), rheo.WithClock(clock.NewFrozen(time.Now().Add(-time.Hour))))
+	}
 	for done := 0; done < n; {
 		ls, err := c.Fetch(ctx, stream, g, rheo.FetchOptions{Limit: 1000})
 		if err != nil {
@@ -177,9 +186,11 @@ func settle(ctx context.Context, c *rheo.Client, stream string, n int, how strin
 		if len(ls) == 0 {
 			return fmt.Errorf("settling %s: fetch returned nothing after %d of %d", stream, done, n)
 		}
-		if how == "reopened" {
+		switch how {
+		case "expired":
+		case "reopened":
 			err = c.AckBatch(ctx, ls)
-		} else {
+		default:
 			reqs := make([]rheo.SettleRequest, len(ls))
 			later := time.Now().Add(24 * time.Hour)
 			for i, l := range ls {
