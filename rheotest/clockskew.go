@@ -15,16 +15,30 @@ import (
 	"github.com/rheo-go/rheo/clock"
 )
 
-// RunClockSkew runs seeds seeded sequences of steps random operations on a
-// fresh backend from f and on the memory backend side by side, under one
-// clock that jumps back and forth by up to 3s, as the clocks of several
-// processes sharing a store disagree, and requires the same result from
-// both after every step (see skewAgainstMemory).
-func RunClockSkew(t *testing.T, f Factory, seeds, steps int) {
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+// ClockSkewOptions configures RunClockSkew.
+type ClockSkewOptions struct {
+	// Seeds and Steps: how many seeded sequences, of how many random
+	// operations each.
+	Seeds, Steps int
+	// Op, when set, is one more random operation on the backend under
+	// test (say, deleting what only a newer version of its layout writes);
+	// it returns what it did, for failure messages.
+	Op func(t *testing.T, b rheo.Backend) string
+	// Check, when set, runs after every step with a description of it
+	// (say, an invariant of the backend's own layout).
+	Check func(t *testing.T, b rheo.Backend, at string)
+}
+
+// RunClockSkew runs seeded sequences of random operations on a fresh
+// backend from f and on the memory backend side by side, under one clock
+// that jumps back and forth by up to 3s, as the clocks of several processes
+// sharing a store disagree, and requires the same result from both after
+// every step (see skewAgainstMemory).
+func RunClockSkew(t *testing.T, f Factory, opts ClockSkewOptions) {
+	for seed := uint64(1); seed <= uint64(opts.Seeds); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			skewAgainstMemory(t, seed, f(t), steps)
+			skewAgainstMemory(t, seed, f(t), opts)
 		})
 	}
 }
@@ -38,9 +52,10 @@ func RunClockSkew(t *testing.T, f Factory, seeds, steps int) {
 // partition, sequence, attempt, expiry), every settle and renewal must
 // agree, and so must lag and dead letters after every step. A nack without
 // a delay by a client whose clock is ahead is not due to one whose clock
-// is behind (the SQL stores' schema version 3 as first written made it due at
-// any clock).
-func skewAgainstMemory(t *testing.T, seed uint64, sutB rheo.Backend, steps int) {
+// is behind (the SQL stores' schema version 3 as first written made it due
+// at any clock; Redis's ready sets must agree however they are dropped and
+// rebuilt).
+func skewAgainstMemory(t *testing.T, seed uint64, sutB rheo.Backend, opts ClockSkewOptions) {
 	const parts, maxAttempts = 2, 2
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -90,21 +105,21 @@ func skewAgainstMemory(t *testing.T, seed uint64, sutB rheo.Backend, steps int) 
 		}
 	}
 	setClock := func(t time.Time) { rclk.Set(t); mclk.Set(t) }
-	for step := range steps {
+	for step := range opts.Steps {
 		what := ""
-		switch op := rng.IntN(18); op {
+		switch op := rng.IntN(19); op {
 		case 0:
 			what = "append"
 			appendSome(1 + rng.IntN(4))
 		case 1, 2, 3, 15:
-			opts := rheo.FetchOptions{Limit: 1 + rng.IntN(6), LeaseDuration: time.Duration(1+rng.IntN(4)) * time.Second}
+			fo := rheo.FetchOptions{Limit: 1 + rng.IntN(6), LeaseDuration: time.Duration(1+rng.IntN(4)) * time.Second}
 			if rng.IntN(3) == 0 {
-				opts.Partitions = []int{rng.IntN(parts)}
+				fo.Partitions = []int{rng.IntN(parts)}
 			}
-			what = fmt.Sprintf("fetch %+v at %v", opts, rclk.Now().Sub(now))
-			lr, err := r.Fetch(ctx, "s", "g", opts)
+			what = fmt.Sprintf("fetch %+v at %v", fo, rclk.Now().Sub(now))
+			lr, err := r.Fetch(ctx, "s", "g", fo)
 			require.NoError(t, err)
-			lm, err := m.Fetch(ctx, "s", "g", opts)
+			lm, err := m.Fetch(ctx, "s", "g", fo)
 			require.NoError(t, err)
 			var got []string
 			for _, l := range lm {
@@ -191,9 +206,16 @@ func skewAgainstMemory(t *testing.T, seed uint64, sutB rheo.Backend, steps int) 
 			for i := range em {
 				sameErr(fmt.Sprintf("%s, request %d", what, i), er[i], em[i])
 			}
+		case 18:
+			if opts.Op != nil {
+				what = opts.Op(t, sutB)
+			}
 		}
 		if what != "" {
 			trail = append(trail, fmt.Sprintf("%d:%s", step, what))
+		}
+		if opts.Check != nil {
+			opts.Check(t, sutB, fmt.Sprintf("step %d: %s", step, what))
 		}
 		lr, err := r.Lag(ctx, "s", "g")
 		require.NoError(t, err)

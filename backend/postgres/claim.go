@@ -18,9 +18,9 @@ const poisonReason = "max_attempts: lease expired"
 // partial indexes, so that it reads none it cannot claim however many
 // there are: those available at once (reopened, redriven, nacked without
 // a delay: due below the bound of {READY}; see sqlstore.ReadySQL) a limit
-// per partition in sequence order (oldr),
-// and those due at a time that has come (expired leases, retries whose
-// delay is over) from the index of due times (oldt; its ORDER BY seq + 0
+// per partition in sequence order (oldr), and those due at a time that has
+// come (expired leases, retries whose delay is over) from the index of due
+// times (oldt; its ORDER BY seq + 0
 // keeps the planner from walking the partition's deliveries in sequence
 // order instead, past every lease in flight and every delayed retry). Both
 // visit only the partitions that have such rows, found by a skip scan of

@@ -2,9 +2,7 @@ package redis_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/rheo-go/rheo/backend/memory"
 	"github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/clock"
+	"github.com/rheo-go/rheo/rheotest"
 )
 
 // countingBackend fetches through an instrumented copy of the fetch script
@@ -173,171 +172,26 @@ func seqs(t *testing.T, ss []string) []int64 {
 
 // TestReadySetsAgreeWithMemory drives Redis and the memory backend with the
 // same random operations under a clock that jumps back and forth (as the
-// clocks of several processes disagree), and now and then deletes the ready
-// sets and watermarks (a store written by an earlier version). Every fetch
-// must claim the same deliveries (partition, sequence, attempt, expiry),
-// every settle and renewal must agree, and so must dead letters and lag.
+// clocks of several processes disagree; rheotest.RunClockSkew), now and
+// then deletes the ready sets and watermarks (a store written by an
+// earlier version), and checks the ready sets' layout after every step.
 func TestReadySetsAgreeWithMemory(t *testing.T) {
-	const parts, maxAttempts = 2, 2
-	for seed := uint64(1); seed <= 6; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			rng := rand.New(rand.NewPCG(seed, 7))
-			rb, rc := newBackend(t)
-			mb := memory.New()
-			t.Cleanup(func() { _ = mb.Close() })
-			now := epoch
-			rclk, mclk := clock.NewFrozen(now), clock.NewFrozen(now)
-			r, m := rheo.New(rb, rheo.WithClock(rclk)), rheo.New(mb, rheo.WithClock(mclk))
-			ctx := context.Background()
-			gb := rb.KeyPrefix() + "{s}:g:g:"
-			nextID := 0
-			appendSome := func(n int) {
-				msgs := make([]rheo.Message, n)
-				for i := range msgs {
-					p := rng.IntN(parts)
-					msgs[i] = rheo.Message{ID: fmt.Sprintf("e%d", nextID), Type: "t", Partition: &p,
-						Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, nextID))}
-					nextID++
-				}
-				_, err := r.AppendBatch(ctx, "s", msgs)
-				require.NoError(t, err)
-				_, err = m.AppendBatch(ctx, "s", msgs)
-				require.NoError(t, err)
-			}
-			for _, c := range []*rheo.Client{r, m} {
-				require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: parts}))
-				require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: maxAttempts}))
-			}
-			appendSome(20)
-			type pair struct{ r, m rheo.Lease }
-			var held []pair
-			pick := func() (pair, bool) {
-				if len(held) == 0 {
-					return pair{}, false
-				}
-				if rng.IntN(3) > 0 { // mostly recent ones, still current
-					return held[len(held)-1-rng.IntN(min(8, len(held)))], true
-				}
-				return held[rng.IntN(len(held))], true
-			}
-			sameErr := func(what string, er, em error) {
-				t.Helper()
-				require.Equal(t, em == nil, er == nil, "%s: redis %v, memory %v", what, er, em)
-				if em != nil {
-					require.Equal(t, rheo.Classify(em), rheo.Classify(er), "%s: redis %v, memory %v", what, er, em)
-				}
-			}
-			setClock := func(t time.Time) { rclk.Set(t); mclk.Set(t) }
-			for step := range 300 {
-				what := ""
-				switch op := rng.IntN(18); op {
-				case 0:
-					what = "append"
-					appendSome(1 + rng.IntN(4))
-				case 1, 2, 3, 15:
-					opts := rheo.FetchOptions{Limit: 1 + rng.IntN(6), LeaseDuration: time.Duration(1+rng.IntN(4)) * time.Second}
-					if rng.IntN(3) == 0 {
-						opts.Partitions = []int{rng.IntN(parts)}
-					}
-					what = fmt.Sprintf("fetch %+v", opts)
-					lr, err := r.Fetch(ctx, "s", "g", opts)
-					require.NoError(t, err)
-					lm, err := m.Fetch(ctx, "s", "g", opts)
-					require.NoError(t, err)
-					require.Len(t, lr, len(lm), "step %d: %s", step, what)
-					for i := range lm {
-						a, b := lr[i], lm[i]
-						require.Equal(t, []any{b.Event.ID, b.Event.Partition, b.Event.Sequence, b.Attempt, b.ExpiresAt},
-							[]any{a.Event.ID, a.Event.Partition, a.Event.Sequence, a.Attempt, a.ExpiresAt}, "step %d: %s, lease %d", step, what, i)
-						held = append(held, pair{a, b})
-					}
-				case 4, 12:
-					if l, ok := pick(); ok {
-						what = "ack " + l.m.Event.ID
-						sameErr(what, r.Ack(ctx, l.r), m.Ack(ctx, l.m))
-					}
-				case 5, 13:
-					if l, ok := pick(); ok {
-						d := time.Duration(rng.IntN(4)) * time.Second
-						what = fmt.Sprintf("nack %s delay %v", l.m.Event.ID, d)
-						sameErr(what, r.Nack(ctx, l.r, "x", rheo.Delay(d)), m.Nack(ctx, l.m, "x", rheo.Delay(d)))
-					}
-				case 6:
-					if l, ok := pick(); ok {
-						d := time.Duration(1+rng.IntN(4)) * time.Second
-						what = fmt.Sprintf("renew %s by %v", l.m.Event.ID, d)
-						_, er := r.Renew(ctx, l.r, d)
-						_, em := m.Renew(ctx, l.m, d)
-						sameErr(what, er, em)
-					}
-				case 7, 8:
-					// Another process's clock, up to 3s behind or ahead.
-					at := now.Add(time.Duration(rng.IntN(6001)-3000) * time.Millisecond)
-					what = "clock " + at.Sub(now).String()
-					setClock(at)
-				case 9, 14:
-					now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
-					what = "advance"
-					setClock(now)
-				case 10:
-					var rep rheo.Replay
-					switch rng.IntN(3) {
-					case 0:
-						rep = rheo.FromSequence(int64(rng.IntN(8)))
-					case 1:
-						rep = rheo.Events(fmt.Sprintf("e%d", rng.IntN(nextID)), fmt.Sprintf("e%d", rng.IntN(nextID)))
-					default:
-						rep = rheo.Matching(rheo.Query{Type: "t"})
-					}
-					what = fmt.Sprintf("replay %+v", rep)
-					kr, er := r.Replay(ctx, "s", "g", rep)
-					km, em := m.Replay(ctx, "s", "g", rep)
-					sameErr(what, er, em)
-					require.Equal(t, km, kr, "step %d: %s", step, what)
-				case 11:
-					what = "drop ready sets"
-					dropReadySets(t, rc, gb, parts)
-				case 16, 17:
-					// One settle batch over both partitions.
-					var qr, qm []rheo.SettleRequest
-					for range 1 + rng.IntN(5) {
-						l, ok := pick()
-						if !ok {
-							break
-						}
-						kind := []rheo.SettleKind{rheo.SettleAck, rheo.SettleAck, rheo.SettleNack, rheo.SettleReject}[rng.IntN(4)]
-						at := rclk.Now().Add(time.Duration(rng.IntN(3)) * time.Second)
-						qr = append(qr, rheo.SettleRequest{Kind: kind, Lease: l.r, Reason: "b", AvailableAt: at})
-						qm = append(qm, rheo.SettleRequest{Kind: kind, Lease: l.m, Reason: "b", AvailableAt: at})
-					}
-					what = fmt.Sprintf("settle batch of %d", len(qr))
-					er, err := rb.Settle(ctx, "s", "g", qr, rclk.Now())
-					require.NoError(t, err)
-					em, err := mb.Settle(ctx, "s", "g", qm, mclk.Now())
-					require.NoError(t, err)
-					for i := range em {
-						sameErr(fmt.Sprintf("%s, request %d", what, i), er[i], em[i])
-					}
-				}
-				checkReadySets(t, rc, gb, parts, maxAttempts, fmt.Sprintf("step %d: %s", step, what))
-				lr, err := r.Lag(ctx, "s", "g")
-				require.NoError(t, err)
-				lm, err := m.Lag(ctx, "s", "g")
-				require.NoError(t, err)
-				require.Equal(t, lm.Partitions, lr.Partitions, "step %d: %s: lag", step, what)
-				dr, err := r.DeadLetters(ctx, "s", "g", rheo.DeadLetterOptions{Limit: 1000})
-				require.NoError(t, err)
-				dm, err := m.DeadLetters(ctx, "s", "g", rheo.DeadLetterOptions{Limit: 1000})
-				require.NoError(t, err)
-				require.Len(t, dr, len(dm), "step %d: %s: dead letters", step, what)
-				for i := range dm {
-					require.Equal(t, []any{dm[i].EventID, dm[i].Attempts, dm[i].Reason},
-						[]any{dr[i].EventID, dr[i].Attempts, dr[i].Reason}, "step %d: %s: dead letter %d", step, what, i)
-				}
-			}
-		})
-	}
+	const parts, maxAttempts = 2, 2 // those of rheotest.RunClockSkew
+	rc := testClient(t)
+	group := func(b rheo.Backend) string { return b.(*redis.Backend).KeyPrefix() + "{s}:g:g:" }
+	rheotest.RunClockSkew(t, func(t testing.TB) rheo.Backend {
+		rb, _ := newBackend(t)
+		return rb
+	}, rheotest.ClockSkewOptions{
+		Seeds: 6, Steps: 300,
+		Op: func(t *testing.T, b rheo.Backend) string {
+			dropReadySets(t, rc, group(b), parts)
+			return "drop ready sets"
+		},
+		Check: func(t *testing.T, b rheo.Backend, at string) {
+			checkReadySets(t, rc, group(b), parts, maxAttempts, at)
+		},
+	})
 }
 
 // TestRenewBehindWatermark: a lease renewed from a clock behind the last

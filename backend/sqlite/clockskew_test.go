@@ -10,5 +10,5 @@ import (
 // TestClockSkewAgreesWithMemory: clocks that disagree give the results the
 // memory backend gives (a nack is due at its own time to every fetcher).
 func TestClockSkewAgreesWithMemory(t *testing.T) {
-	rheotest.RunClockSkew(t, func(t testing.TB) rheo.Backend { return open(t) }, 8, 300)
+	rheotest.RunClockSkew(t, func(t testing.TB) rheo.Backend { return open(t) }, rheotest.ClockSkewOptions{Seeds: 8, Steps: 300})
 }

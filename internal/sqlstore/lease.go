@@ -50,12 +50,11 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		// locks locks the counters too). The others have no events to
 		// materialize: a fetch from many partitions of which few have new
 		// events reads those few.
-		all := coversAll(r.Partitions, ref.parts)
 		offered, hwm := make([]int64, k), make([]int64, k)
 		var b Builder
 		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
 			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
-		if !all {
+		if !coversAll(r.Partitions, ref.parts) {
 			b.S(" AND g.part IN (")
 			List(&b, r.Partitions).S(")")
 		}
@@ -305,15 +304,6 @@ func nackDue(avail, now int64) int64 {
 	return avail
 }
 
-// groupParts restricts a query of a group's rows to parts, unless they are
-// all of the stream's partitions (all): then the group's rows are those.
-func groupParts(b *Builder, parts []int, all bool) *Builder {
-	if all {
-		return b
-	}
-	return inParts(b, parts)
-}
-
 func inParts(b *Builder, parts []int) *Builder {
 	if len(parts) == 1 {
 		return b.S(" AND part = ").Arg(parts[0])
@@ -339,22 +329,17 @@ func (s *Store) claimExisting(ctx context.Context, t *writeTx, r rheo.FetchReque
 	got := make([]claimed, 0, len(cs))
 	for chunk := range slices.Chunk(cs, 200) {
 		ids := make(map[int64]claimed, len(chunk))
+		seqs := make([]int64, len(chunk))
 		var b Builder
 		b.S("UPDATE rheo_deliveries SET status = 1, attempt = attempt + 1, lease_id = CASE seq")
-		for _, c := range chunk {
+		for i, c := range chunk {
 			id := newID()
-			ids[c.seq] = claimed{c, id}
+			ids[c.seq], seqs[i] = claimed{c, id}, c.seq
 			b.S(" WHEN ").Arg(c.seq).S(" THEN ").Arg(id)
 		}
 		b.S(" END, consumer_id = ").Arg(r.ConsumerID).S(", leased_at = ").Arg(now).S(", expires_at = ").Arg(exp).
 			S(", due_at = ").Arg(exp).S(" WHERE grp_id = ").Arg(g.id).S(" AND part = ").Arg(p).S(" AND seq IN (")
-		for i, c := range chunk {
-			if i > 0 {
-				b.S(", ")
-			}
-			b.Arg(c.seq)
-		}
-		b.S(") AND due_at <= ").Arg(now).S(" RETURNING seq")
+		List(&b, seqs).S(") AND due_at <= ").Arg(now).S(" RETURNING seq")
 		rows, err := t.query(ctx, b.SQL(), b.Args()...)
 		if err != nil {
 			return out, err
