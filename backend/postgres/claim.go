@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -185,9 +187,11 @@ upd AS (
 	RETURNING d.part, d.seq, d.attempt, d.lease_id
 ),
 ins AS (
-	INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
-	SELECT $1, part, seq, event_id, 1, 1, ($8::text[])[i], $7, $5, $6, $6 FROM pick WHERE fresh
-	RETURNING part, seq, attempt, lease_id
+	INSERT INTO {S}rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, ids)
+	SELECT $1, part, min(seq), max(seq), ($8::text[])[min(i)], 1, $7, $5, $6, repeat('0', count(*)::int), count(*), min(seq),
+		array_agg(hashtextextended(event_id, 0) ORDER BY seq)
+	FROM pick WHERE fresh GROUP BY part
+	RETURNING part, token
 ),
 adv AS (
 	UPDATE {S}rheo_group_parts g SET offered = m.top
@@ -195,7 +199,11 @@ adv AS (
 	WHERE g.grp_id = $1 AND g.part = m.part
 	RETURNING g.part
 ),
-got AS (SELECT * FROM upd UNION ALL SELECT * FROM ins)
+got AS (
+	SELECT * FROM upd
+	UNION ALL
+	SELECT p.part, p.seq, 1, {MEMBER:ins.token:p.seq} FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
+)
 SELECT (SELECT count(*) FROM wk) - (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id,
 	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
 FROM (SELECT 1) one
@@ -204,6 +212,25 @@ LEFT JOIN (got CROSS JOIN LATERAL (
 	WHERE x.stream_id = $2 AND x.part = got.part AND x.seq = got.seq LIMIT 1
 ) e) ON true
 ORDER BY got.part, got.seq`
+
+// explodeSQL runs before the claim, in its transaction: the spans of the
+// requested partitions whose lease expired by the fetcher's clock become
+// the leased delivery rows they stand for (so that the claim re-leases
+// them, or dead-letters those at the attempt limit, as it would rows),
+// and spans whose members are all settled go.
+const explodeSQL = `
+WITH x AS (
+	DELETE FROM {S}rheo_spans s WHERE s.grp_id = $1 AND s.part = ANY($3::int[]) AND (s.expires_at <= $4 OR s.pending = 0)
+	RETURNING s.*
+)
+INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
+SELECT x.grp_id, e.part, e.seq, e.id, 1, x.attempt, {MEMBER:x.token:e.seq}, x.consumer_id, x.leased_at, x.expires_at, x.expires_at
+FROM x CROSS JOIN LATERAL (
+	SELECT e.part, e.seq, e.id FROM {S}rheo_events e
+	WHERE e.stream_id = $2 AND e.part = x.part AND e.seq >= x.lo AND e.seq <= x.hi
+	ORDER BY e.seq LIMIT x.hi - x.lo + 1
+) e
+WHERE x.pending > 0 AND substr(x.done, (e.seq - x.lo + 1)::int, 1) = '0'`
 
 // The settings of a fetch's and a settle's transaction (SET LOCAL: they
 // end with it).
@@ -273,12 +300,13 @@ func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g gr
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
+	batch.Queue(b.explodeSQL, g.id, g.streamID, parts, now)
 	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
 		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)))
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	for range 2 {
+	for range 3 {
 		if _, err := br.Exec(); err != nil {
 			return nil, 0, err
 		}
@@ -352,6 +380,31 @@ func (b *Backend) rotate(group int64, k int) int {
 const renewSQL = `UPDATE {S}rheo_deliveries SET expires_at = $5, due_at = $5
 WHERE grp_id = $1 AND part = $2 AND seq = $3 AND status = 1 AND lease_id = $4 AND event_id = $6`
 
+// renewSpanSQL extends the lease of a span's member ($7 is the span's
+// token): the member leaves the span for a leased delivery row of its own,
+// with the same lease ID and the new expiry.
+const renewSpanSQL = `
+WITH s AS (
+	UPDATE {S}rheo_spans s SET done = overlay(s.done placing '1' from ($3 - s.lo + 1)::int for 1), pending = s.pending - 1,
+		low = s.lo - 1 + coalesce((SELECT min(k) FROM generate_series(1, length(s.done)) k
+			WHERE substr(s.done, k, 1) = '0' AND k <> ($3 - s.lo + 1)::int), 0)
+	WHERE s.grp_id = $1 AND s.part = $2 AND s.lo <= $3 AND s.hi >= $3 AND s.token = $7
+		AND substr(s.done, ($3 - s.lo + 1)::int, 1) = '0' AND s.ids[$3 - s.lo + 1] = hashtextextended($6, 0)
+	RETURNING s.attempt, s.consumer_id, s.leased_at
+)
+INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
+SELECT $1, $2, $3, $6, 1, attempt, $4, consumer_id, leased_at, $5, $5 FROM s`
+
+// memberIDs replaces each {MEMBER:token:seq} of q with sqlstore.SpanLeaseID
+// of those two columns, in SQL: the token with its last 48 bits XORed
+// with the sequence's.
+var memberRE = regexp.MustCompile(`\{MEMBER:([\w.]+):([\w.]+)\}`)
+
+func memberIDs(q string) string {
+	return memberRE.ReplaceAllString(q,
+		"(left($1, 24) || lpad(to_hex(('x' || right($1, 12))::bit(48)::bigint # ($2 & 281474976710655)), 12, '0'))")
+}
+
 // Renew implements rheo.Backend.
 func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
 	g, err := b.group(ctx, l.Stream, l.Group)
@@ -361,11 +414,25 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	if l.Receipt != l.ID {
 		return receiptMismatch(l)
 	}
-	tag, err := b.pool.Exec(ctx, b.renewSQL, g.id, l.Event.Partition, l.Event.Sequence, l.ID, expiresAt.UnixMicro(), l.Event.ID)
+	args := []any{g.id, l.Event.Partition, l.Event.Sequence, l.ID, expiresAt.UnixMicro(), l.Event.ID}
+	tok := sqlstore.SpanToken(l.ID, l.Event.Sequence)
+	// A member of a span is renewed in the span; it may also have left it
+	// for a row of its own (renewed before, or its span expired), perhaps
+	// between the two statements: the row is tried again after the span.
+	renew := func(q string, args ...any) (bool, error) {
+		tag, err := b.pool.Exec(ctx, q, args...)
+		return err == nil && tag.RowsAffected() > 0, err
+	}
+	ok, err := renew(b.renewSQL, args...)
+	if !ok && err == nil && tok != "" {
+		if ok, err = renew(b.renewSpanSQL, append(args, tok)...); !ok && err == nil {
+			ok, err = renew(b.renewSQL, args...)
+		}
+	}
 	if err != nil {
 		return classify(err, true, "postgres: renew lease %s in group %q", l.ID, l.Group)
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return staleLease(l)
 	}
 	return nil
@@ -402,12 +469,12 @@ func receiptMismatch(l rheo.Lease) error {
 // settleJoinSQL, which re-checks the fence on the row's newest version.
 const settleSQL = `
 WITH r AS (
-	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[])
-		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, i)
-),
+	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[], $13::text[])
+		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, tok, i)
+),{SPANS}
 k AS MATERIALIZED (
 	SELECT r.i, r.kind, r.reason, r.avail, x.tid
-	FROM r CROSS JOIN LATERAL (
+	FROM (SELECT * FROM r WHERE r.i NOT IN (SELECT i FROM sp)) r CROSS JOIN LATERAL (
 		SELECT d.ctid AS tid FROM {S}rheo_deliveries d
 		WHERE d.grp_id = $1 AND d.part = r.part AND d.seq = r.seq
 			AND d.status = 1 AND d.lease_id = r.lease_id AND d.event_id = r.event_id
@@ -425,9 +492,10 @@ other AS (
 	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM k WHERE kind <> 1)) AND k.kind <> 1 AND d.ctid = k.tid
 	RETURNING k.i, d.status AS st
 ),
-note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 LIMIT 1) x)
+note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 UNION ALL SELECT 1 FROM spn WHERE st = 0 LIMIT 1) x)
 SELECT min(k.i) FROM acked JOIN k ON k.tid = acked.tid AND k.kind = 1 GROUP BY k.tid
 UNION ALL SELECT i FROM other
+UNION ALL SELECT i FROM spr
 UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 
 // settledSet is what a nack or a reject writes to its delivery ({R} is
@@ -440,14 +508,61 @@ const settledSet = `
 		dead_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
 		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
+// settleSpans settles the requests for members of spans (tok, the span's
+// token, is set), part of both settle statements: sp finds each one's
+// span, still holding the member and fenced on its event ID; spu marks
+// the members of each span settled in one update that re-checks, on the
+// span's newest version, that none of them was settled meanwhile (a
+// concurrent settle of one of them leaves them all to the next
+// statement); spn writes the delivery row of each nacked or rejected
+// member, available again or dead as settledSet would make it; spr lists
+// the requests settled.
+const settleSpans = `
+sp AS MATERIALIZED (
+	SELECT r.i, r.kind, r.reason, r.avail, r.part, r.seq, r.event_id, r.tok, s.lo, s.attempt, s.leased_at
+	FROM r CROSS JOIN LATERAL (
+		SELECT s.lo, s.attempt, s.leased_at FROM {S}rheo_spans s
+		WHERE s.grp_id = $1 AND s.part = r.part AND s.lo <= r.seq AND s.hi >= r.seq AND s.token = r.tok
+			AND substr(s.done, (r.seq - s.lo + 1)::int, 1) = '0' AND s.ids[r.seq - s.lo + 1] = hashtextextended(r.event_id, 0)
+		LIMIT 1
+	) s
+	WHERE r.tok <> ''
+),
+sx AS (
+	SELECT part, lo, tok, array_agg((seq - lo + 1)::int) AS pos, count(*)::int AS n FROM sp GROUP BY part, lo, tok
+),
+spu AS (
+	UPDATE {S}rheo_spans s SET
+		done = (SELECT string_agg(CASE WHEN k = ANY(sx.pos) THEN '1' ELSE substr(s.done, k, 1) END, '' ORDER BY k)
+			FROM generate_series(1, length(s.done)) k),
+		pending = s.pending - sx.n,
+		low = s.lo - 1 + coalesce((SELECT min(k) FROM generate_series(1, length(s.done)) k
+			WHERE substr(s.done, k, 1) = '0' AND k <> ALL(sx.pos)), 0)
+	FROM sx
+	WHERE s.grp_id = $1 AND s.part = sx.part AND s.lo = sx.lo AND s.token = sx.tok
+		AND NOT EXISTS (SELECT 1 FROM unnest(sx.pos) q WHERE substr(s.done, q, 1) <> '0')
+	RETURNING s.part, s.lo
+),
+spr AS (SELECT sp.* FROM sp JOIN spu ON spu.part = sp.part AND spu.lo = sp.lo),
+spn AS (
+	INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, leased_at, reason, due_at, dead_at)
+	SELECT $1, part, seq, event_id,
+		CASE WHEN kind = 2 AND attempt < $10::int THEN 0 ELSE 2 END, attempt, leased_at,
+		CASE WHEN kind = 2 AND attempt >= $10 THEN 'max_attempts: ' || reason ELSE reason END,
+		CASE WHEN kind = 2 AND attempt < $10 THEN CASE WHEN avail <= $2::bigint THEN greatest(avail - {OFFSET}, -9223372036854775807) ELSE avail END END,
+		CASE WHEN kind = 2 AND attempt < $10 THEN NULL ELSE $2::bigint END
+	FROM spr WHERE kind <> 1
+	RETURNING status AS st
+),`
+
 // settleJoinSQL settles the requests settleSQL left unsettled because
 // their row changed under it, or that are stale: a join that re-checks
 // the fence on the newest version of each row.
 const settleJoinSQL = `
 WITH r AS (
-	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[])
-		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, i)
-),
+	SELECT * FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::int[], $8::text[], $9::bigint[], $13::text[])
+		WITH ORDINALITY AS r(part, seq, lease_id, event_id, kind, reason, avail, tok, i)
+),{SPANS}
 acked AS (
 	DELETE FROM {S}rheo_deliveries d USING r
 	WHERE r.kind = 1 AND d.grp_id = $1 AND d.part = r.part AND d.seq = r.seq
@@ -461,9 +576,10 @@ other AS (
 		AND d.status = 1 AND d.lease_id = r.lease_id AND d.event_id = r.event_id
 	RETURNING r.i, d.status AS st
 ),
-note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 LIMIT 1) x)
+note AS (SELECT pg_notify($11, $12) FROM (SELECT 1 FROM other WHERE st = 0 UNION ALL SELECT 1 FROM spn WHERE st = 0 LIMIT 1) x)
 SELECT i FROM acked
 UNION ALL SELECT i FROM other
+UNION ALL SELECT i FROM spr
 UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 
 // Settle implements rheo.Backend in one statement per batch.
@@ -481,6 +597,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	kinds := make([]int32, 0, n)
 	reasons := make([]string, 0, n)
 	avail := make([]int64, 0, n)
+	toks := make([]string, 0, n)
 	at := make([]int, 0, n) // statement row -> request index
 	// A lease named twice in one batch: the first request settles it, the
 	// later ones are stale (as on every backend; one statement would
@@ -516,6 +633,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		kinds = append(kinds, int32(r.Kind))
 		reasons = append(reasons, r.Reason)
 		avail = append(avail, r.AvailableAt.UnixMicro())
+		toks = append(toks, sqlstore.SpanToken(l.ID, l.Event.Sequence))
 		at = append(at, i)
 	}
 	if len(at) == 0 {
@@ -523,7 +641,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	}
 	done := make([]bool, len(at))
 	for attempt := 0; ; attempt++ {
-		err = b.settle(ctx, b.settleSQL, g, now, parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, stream, done)
+		err = b.settle(ctx, b.settleSQL, g, now, parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, toks, stream, done)
 		if err != nil && attempt < 5 && retryable(err) {
 			continue
 		}
@@ -540,13 +658,16 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			left = append(left, j)
 		}
 	}
-	if len(left) > 0 {
+	// Each pass settles what the one before left, until one settles
+	// nothing more: a span's members settled in one update are all left
+	// to the next pass when a concurrent settle took one of them.
+	for len(left) > 0 {
 		pick := func(j int) bool { return !done[j] }
 		rest := make([]bool, len(left))
 		for attempt := 0; ; attempt++ {
 			err = b.settle(ctx, b.settleJoinSQL, g, now, subset(parts, at, pick), subset(seqs, at, pick),
 				subset(leaseIDs, at, pick), subset(eventIDs, at, pick), subset(kinds, at, pick),
-				subset(reasons, at, pick), subset(avail, at, pick), stream, rest)
+				subset(reasons, at, pick), subset(avail, at, pick), subset(toks, at, pick), stream, rest)
 			if err != nil && attempt < 5 && retryable(err) {
 				continue
 			}
@@ -555,9 +676,15 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		if err != nil {
 			return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
 		}
+		progress := false
 		for x, j := range left {
 			done[j] = rest[x]
+			progress = progress || rest[x]
 		}
+		if !progress {
+			break
+		}
+		left = slices.DeleteFunc(left, func(j int) bool { return done[j] })
 	}
 	for j, i := range at {
 		if !done[j] {
@@ -579,8 +706,8 @@ func subset[T any](xs []T, at []int, keep func(int) bool) []T {
 }
 
 func (b *Backend) settle(ctx context.Context, q string, g groupRef, now time.Time, parts []int32, seqs []int64, leaseIDs, eventIDs []string,
-	kinds []int32, reasons []string, avail []int64, stream string, done []bool) error {
-	args := []any{g.id, now.UnixMicro(), parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, g.maxAttempts, b.channel, stream}
+	kinds []int32, reasons []string, avail []int64, toks []string, stream string, done []bool) error {
+	args := []any{g.id, now.UnixMicro(), parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, g.maxAttempts, b.channel, stream, toks}
 	if q != b.settleSQL {
 		// Planned for its arguments on every call (an unnamed statement):
 		// the generic plan PostgreSQL may switch a cached statement to after
@@ -642,16 +769,21 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, renewSQL, settleSQL, settleJoinSQL, appendSQL, appendFastSQL string
+	fetchSkip, fetchWait, explodeSQL, renewSQL, renewSpanSQL, settleSQL, settleJoinSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
-	b.fetchSkip = b.sqlf(due(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1)))
-	b.fetchWait = b.sqlf(due(strings.Replace(fetchSQL, "{GPLOCK}", "", 1)))
+	b.fetchSkip = b.sqlf(due(memberIDs(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1))))
+	b.fetchWait = b.sqlf(due(memberIDs(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))))
 	b.renewSQL = b.sqlf(renewSQL)
-	b.settleSQL = b.sqlf(due(strings.Replace(settleSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "k"), 1)))
-	b.settleJoinSQL = b.sqlf(due(strings.Replace(settleJoinSQL, "{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "r"), 1)))
+	settle := func(q, r string) string {
+		return b.sqlf(due(strings.NewReplacer("{SETTLED}", strings.ReplaceAll(settledSet, "{R}", r), "{SPANS}", settleSpans).Replace(q)))
+	}
+	b.settleSQL = settle(settleSQL, "k")
+	b.settleJoinSQL = settle(settleJoinSQL, "r")
+	b.explodeSQL = b.sqlf(memberIDs(explodeSQL))
+	b.renewSpanSQL = b.sqlf(renewSpanSQL)
 	b.appendSQL = b.sqlf(appendSQL)
 	b.appendFastSQL = b.sqlf(appendFastSQL)
 }

@@ -19,7 +19,7 @@ type dialect struct {
 // tableRE finds the unqualified table names of the shared SQL, so that
 // Rebind can place them in the backend's schema: the shared layer writes
 // bare names and the schema is a property of this backend only.
-var tableRE = regexp.MustCompile(`(^|[^.\w"])(rheo_(?:streams|partitions|events|groups|group_parts|deliveries|schema|trimmed))\b`)
+var tableRE = regexp.MustCompile(`(^|[^.\w"])(rheo_(?:streams|partitions|events|groups|group_parts|deliveries|spans|schema|trimmed))\b`)
 
 func (dialect) Name() string { return "postgres" }
 

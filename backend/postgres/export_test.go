@@ -18,6 +18,9 @@ const (
 	SettleGUCsForTest = setSettleGUCs
 )
 
+// ExplodeSQLForTest exposes the statement a fetch runs before the claim.
+func (b *Backend) ExplodeSQLForTest() string { return b.explodeSQL }
+
 // FetchSQLForTest exposes the fetch statement to the package's tests.
 func (b *Backend) FetchSQLForTest() string { return b.fetchWait }
 
@@ -26,4 +29,10 @@ func (b *Backend) QuerySQLForTest(streamID int64, q rheo.QuerySpec) (string, []a
 	d := dialect{q: b.q}
 	bl := sqlstore.BuildQuery(d, streamID, q)
 	return d.Rebind(bl.SQL()), bl.Args()
+}
+
+// MemberIDSQLForTest is the SQL that computes the lease ID of the span
+// member whose token and sequence are the two parameters.
+func MemberIDSQLForTest() string {
+	return memberIDs("SELECT {MEMBER:t.tok:t.seq} FROM (SELECT $1::text AS tok, $2::bigint AS seq) t")
 }

@@ -58,6 +58,11 @@ var pgMigrations = []struct {
 		`ALTER TABLE rheo_events ALTER COLUMN payload TYPE text USING payload::text`,
 		`CREATE INDEX IF NOT EXISTS rheo_events_json ON rheo_events USING gin ((payload::jsonb) jsonb_path_ops, metadata jsonb_path_ops)`,
 	}},
+	{4, []string{
+		// A span fences each member on its event ID as a delivery row
+		// does: ids[k] is hashtextextended(event ID, 0) of member lo+k-1.
+		`ALTER TABLE rheo_spans ADD COLUMN IF NOT EXISTS ids BIGINT[]`,
+	}},
 }
 
 // script is the whole migration as statements, in order, for schema. It is

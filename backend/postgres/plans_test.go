@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/postgres"
+	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
 // TestHotPathPlans checks that append, fetch and settle reach events and
@@ -74,18 +76,31 @@ func TestHotPathPlans(t *testing.T) {
 	kinds := make([]int32, len(ls))
 	reasons := make([]string, len(ls))
 	avail := make([]int64, len(ls))
+	toks := make([]string, len(ls))
 	for i, l := range ls {
 		parts2[i], seqs[i], l2[i], e2[i], kinds[i] = int32(l.Event.Partition), l.Event.Sequence, l.ID, l.Event.ID, 1
+		toks[i] = sqlstore.SpanToken(l.ID, l.Event.Sequence)
 	}
 	var gid int64
 	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
-	explain(t, be, postgres.SettleGUCsForTest, be.SettleSQLForTest(), gid, now, parts2, seqs, l2, e2, kinds, reasons, avail, 5, "chan", "s")
+	explain(t, be, postgres.SettleGUCsForTest, be.SettleSQLForTest(), gid, now, parts2, seqs, l2, e2, kinds, reasons, avail, 5, "chan", "s", toks)
 }
 
 // explain runs q under EXPLAIN ANALYZE in a transaction (rolled back)
 // that first runs setup, as the backend does, and fails on a scan of a
 // whole table or a join that compares every request with every row.
 func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) []string {
+	return explainAll(t, be, setup, stmt{q, args})
+}
+
+type stmt struct {
+	q    string
+	args []any
+}
+
+// explainAll is explain of several statements in turn, in one
+// transaction: each sees what the ones before it wrote.
+func explainAll(t *testing.T, be *postgres.Backend, setup string, stmts ...stmt) []string {
 	ctx := context.Background()
 	tx, err := be.Pool().Begin(ctx)
 	require.NoError(t, err)
@@ -94,6 +109,15 @@ func explain(t *testing.T, be *postgres.Backend, setup, q string, args ...any) [
 		_, err := tx.Exec(ctx, setup)
 		require.NoError(t, err)
 	}
+	var lines []string
+	for _, st := range stmts {
+		lines = append(lines, explainIn(t, tx, st.q, st.args...)...)
+	}
+	return lines
+}
+
+func explainIn(t *testing.T, tx pgx.Tx, q string, args ...any) []string {
+	ctx := context.Background()
 	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
@@ -127,7 +151,10 @@ func explainFetch(t *testing.T, be *postgres.Backend, now int64) []string {
 	for i := range lids {
 		lids[i] = "00000000-0000-0000-0000-000000000000"
 	}
-	return explain(t, be, postgres.FetchGUCsForTest, be.FetchSQLForTest(), gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now+30000000, "c", lids, 5, int32(0), "r", 25)
+	parts := []int32{0, 1, 2, 3}
+	return explainAll(t, be, postgres.FetchGUCsForTest,
+		stmt{be.ExplodeSQLForTest(), []any{gid, int64(1), parts, now}},
+		stmt{be.FetchSQLForTest(), []any{gid, int64(1), parts, 100, now, now + 30000000, "c", lids, 5, int32(0), "r", 25}})
 }
 
 // TestFetchReadsOnlyClaimable checks that a fetch reads past none of the

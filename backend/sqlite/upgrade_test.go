@@ -70,7 +70,7 @@ func TestUpgradeKeepsDueTimes(t *testing.T) {
 	defer b.Close()
 	v, err := b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 3, v)
+	require.Equal(t, 4, v)
 	c = rheo.New(b, rheo.WithClock(clk))
 	seqs := func() []int64 {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})

@@ -102,10 +102,12 @@ func (s *Store) ListGroups(ctx context.Context, stream string) ([]string, error)
 }
 
 // LagSQL reads, per partition of a group, the cursor, the high watermark
-// and the lowest pending sequence (NULL when nothing is pending). The
+// and the lowest pending sequence, of a delivery row or a span member
+// (NULL when nothing is pending). The
 // frontier is that sequence minus one, or the cursor.
 const LagSQL = "SELECT g.part, g.offered, p.hwm, " +
-	"(SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2) " +
+	"(SELECT MIN(m) FROM (SELECT MIN(d.seq) AS m FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2 " +
+	"UNION ALL SELECT MIN(s.low) FROM rheo_spans s WHERE s.grp_id = g.grp_id AND s.part = g.part AND s.pending > 0) u) " +
 	"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part " +
 	"WHERE g.grp_id = ? ORDER BY g.part"
 
@@ -143,16 +145,17 @@ func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.Partition
 }
 
 // GroupStatsSQL counts, for a group (arguments: its stream's id, then its
-// id three times), its available, leased and dead deliveries, the events
-// of its partitions not offered yet, and the events trims skipped (NULL if
-// the group is gone).
+// id four times), its available, leased and dead deliveries, the events
+// of its partitions not offered yet, the events trims skipped (NULL if
+// the group is gone) and the members still leased under spans.
 const GroupStatsSQL = "SELECT " +
 	"COALESCE(SUM(CASE WHEN d.status = 0 THEN 1 ELSE 0 END), 0), " +
 	"COALESCE(SUM(CASE WHEN d.status = 1 THEN 1 ELSE 0 END), 0), " +
 	"COALESCE(SUM(CASE WHEN d.status = 2 THEN 1 ELSE 0 END), 0), " +
 	"(SELECT COALESCE(SUM(CASE WHEN p.hwm > gp.offered THEN p.hwm - gp.offered ELSE 0 END), 0) " +
 	"FROM rheo_group_parts gp JOIN rheo_partitions p ON p.stream_id = ? AND p.part = gp.part WHERE gp.grp_id = ?), " +
-	"(SELECT skipped FROM rheo_groups WHERE id = ?) " +
+	"(SELECT skipped FROM rheo_groups WHERE id = ?), " +
+	"(SELECT COALESCE(SUM(s.pending), 0) FROM rheo_spans s WHERE s.grp_id = ?) " +
 	"FROM rheo_deliveries d WHERE d.grp_id = ?"
 
 // GroupStats implements rheo.Backend.
@@ -167,11 +170,13 @@ func (s *Store) GroupStats(ctx context.Context, stream, group string, _ time.Tim
 	// and what trims skipped.
 	var unofferedN int64
 	var skipped sql.NullInt64
-	err = x.queryRow(ctx, GroupStatsSQL, ref.id, g.id, g.id, g.id).
-		Scan(&st.Available, &st.Inflight, &st.DeadLetters, &unofferedN, &skipped)
+	var spanned int64
+	err = x.queryRow(ctx, GroupStatsSQL, ref.id, g.id, g.id, g.id, g.id).
+		Scan(&st.Available, &st.Inflight, &st.DeadLetters, &unofferedN, &skipped, &spanned)
 	if err != nil {
 		return st, s.classify(err, "stats of group %q", group)
 	}
+	st.Inflight += spanned
 	st.Available += unofferedN
 	st.Skipped = skipped.Int64
 	st.MaxAttempts = g.maxAttempts

@@ -9,8 +9,9 @@ import (
 )
 
 // Leases implements rheo.LeaseLister: leased rows of the deliveries table
-// (the in-flight window), by primary key; an event ID is resolved through
-// the events' ID index first, so neither form scans the log.
+// and leased members of spans (the in-flight window), by primary key; an
+// event ID is resolved through the events' ID index first, so neither
+// form scans the log.
 func (s *Store) Leases(ctx context.Context, stream, group string, eventIDs []string, limit int) ([]rheo.Lease, error) {
 	x := s.reader()
 	ref, g, err := s.group(ctx, x, stream, group)
@@ -35,7 +36,9 @@ func (s *Store) Leases(ctx context.Context, stream, group string, eventIDs []str
 		return rows.Err()
 	}
 	if eventIDs == nil {
-		rows, err := x.query(ctx, cols+" WHERE d.grp_id = ? AND d.status = 1 ORDER BY d.part, d.seq LIMIT ?", g.id, limit)
+		rows, err := x.query(ctx, "SELECT * FROM ("+cols+" WHERE d.grp_id = ? AND d.status = 1 UNION ALL "+spanCols+
+			" JOIN rheo_events e ON e.stream_id = ? AND e.part = s.part AND e.seq >= s.lo AND e.seq <= s.hi"+
+			" WHERE s.grp_id = ? AND s.pending > 0 AND "+spanMember+") l ORDER BY 1, 2 LIMIT ?", g.id, ref.id, g.id, limit)
 		if err == nil {
 			err = scan(rows)
 		}
@@ -46,7 +49,10 @@ func (s *Store) Leases(ctx context.Context, stream, group string, eventIDs []str
 	}
 	for _, id := range eventIDs {
 		rows, err := x.query(ctx, cols+" JOIN rheo_events e ON e.stream_id = ? AND e.id = ?"+
-			" WHERE d.grp_id = ? AND d.part = e.part AND d.seq = e.seq AND d.status = 1", ref.id, id, g.id)
+			" WHERE d.grp_id = ? AND d.part = e.part AND d.seq = e.seq AND d.status = 1 UNION ALL "+spanCols+
+			" JOIN rheo_events e ON e.stream_id = ? AND e.id = ?"+
+			" WHERE s.grp_id = ? AND s.part = e.part AND s.lo <= e.seq AND s.hi >= e.seq AND s.pending > 0 AND "+spanMember,
+			ref.id, id, g.id, ref.id, id, g.id)
 		if err == nil {
 			err = scan(rows)
 		}

@@ -68,6 +68,9 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 			if err := t.queryRow(ctx, "SELECT offered FROM rheo_group_parts WHERE grp_id = ? AND part = ?"+s.d.LockRows(), g.id, p).Scan(&offered); err != nil {
 				return err
 			}
+			if err := s.explodeSpans(ctx, t, ref.id, g.id, p); err != nil {
+				return err
+			}
 			if _, err := t.exec(ctx, "DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq > ?", g.id, p, from); err != nil {
 				return err
 			}
@@ -88,6 +91,9 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 		for _, p := range sortedKeys(byPart) {
 			var offered int64
 			if err := t.queryRow(ctx, "SELECT offered FROM rheo_group_parts WHERE grp_id = ? AND part = ?"+s.d.LockRows(), g.id, p).Scan(&offered); err != nil {
+				return err
+			}
+			if err := s.explodeSpans(ctx, t, ref.id, g.id, p); err != nil {
 				return err
 			}
 			// Events not offered yet are left alone: they will be, fresh.
@@ -184,8 +190,13 @@ func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[
 			if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", from, g.id, p); err != nil {
 				return err
 			}
-			if _, err := t.exec(ctx, "DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ?", g.id, p); err != nil {
-				return err
+			// Spans first: a settle that moves a span's member to a row of its
+			// own commits before (and its row is deleted next) or finds the
+			// span gone.
+			for _, q := range []string{"DELETE FROM rheo_spans WHERE grp_id = ? AND part = ?", "DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ?"} {
+				if _, err := t.exec(ctx, q, g.id, p); err != nil {
+					return err
+				}
 			}
 		}
 		t.wake(stream)

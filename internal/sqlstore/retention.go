@@ -49,6 +49,7 @@ func (s *Store) DeleteGroup(ctx context.Context, stream, group string) error {
 			return rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
 		}
 		for _, q := range []string{
+			"DELETE FROM rheo_spans WHERE grp_id = ?", // first: see ResetGroup
 			"DELETE FROM rheo_deliveries WHERE grp_id = ?",
 			"DELETE FROM rheo_group_parts WHERE grp_id = ?",
 			"UPDATE rheo_groups SET stream_id = -id WHERE id = ?",
@@ -79,6 +80,7 @@ func (s *Store) DeleteStream(ctx context.Context, stream string) error {
 		ref = r
 		groups := "SELECT id FROM rheo_groups WHERE stream_id = ?"
 		for _, q := range []string{
+			"DELETE FROM rheo_spans WHERE grp_id IN (" + groups + ")", // first: see ResetGroup
 			"DELETE FROM rheo_deliveries WHERE grp_id IN (" + groups + ")",
 			"DELETE FROM rheo_group_parts WHERE grp_id IN (" + groups + ")",
 			"UPDATE rheo_groups SET stream_id = -id WHERE stream_id = ?",
@@ -269,6 +271,11 @@ func (s *Store) Trim(ctx context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		for _, g := range gs {
+			if err := s.explodeSpans(ctx, t, ref.id, g.id, p); err != nil {
+				return err
+			}
 		}
 		if !r.Force {
 			for _, g := range gs {

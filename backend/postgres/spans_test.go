@@ -1,0 +1,137 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
+	"github.com/rheo-go/rheo/internal/sqlstore"
+)
+
+// TestSpanLeaseIDsAgree checks that the lease IDs of span members computed
+// in SQL (by a fetch, and when a span's members become rows) are the ones
+// Go computes (when a replay or trim turns spans into rows) and inverts
+// (to find a settled lease's span), for any token and sequence.
+func TestSpanLeaseIDsAgree(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 500 {
+		tok := uuid.NewString()
+		seq := r.Int64N(1 << 62)
+		switch i % 4 {
+		case 0:
+			seq = int64(i + 1)
+		case 1: // a result with leading zeros in its last 12 digits
+			tok = tok[:24] + "000000000000"
+			seq = int64(i)
+		}
+		var got string
+		require.NoError(t, pool.QueryRow(ctx, postgres.MemberIDSQLForTest(), tok, seq).Scan(&got))
+		want := sqlstore.SpanLeaseID(tok, seq)
+		require.Equal(t, want, got, "token %s, sequence %d", tok, seq)
+		_, err := uuid.Parse(got)
+		require.NoError(t, err)
+		require.Equal(t, tok, sqlstore.SpanToken(got, seq))
+		if seq&(1<<48-1) != 0 {
+			require.NotEqual(t, tok, got)
+		}
+	}
+}
+
+// TestSpanMembersSettledConcurrently settles the members of a few spans
+// from many goroutines at once, each lease by two of them with different
+// outcomes (ack, nack, reject, renew), so that settles of one span keep
+// colliding: every lease is settled exactly once (the other attempt is
+// stale, or for a renewal both succeed before it is settled), and the
+// group ends as the winners left it.
+func TestSpanMembersSettledConcurrently(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 3}))
+	fill(t, c, "s", 300)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 5}))
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 300})
+	require.NoError(t, err)
+	require.Len(t, ls, 300)
+
+	var (
+		mu       sync.Mutex
+		settled  = map[string]string{} // lease ID -> the outcome that won
+		failures []error
+	)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for i, l := range ls {
+				if i%4 != w%4 { // each lease goes to two of the eight goroutines
+					continue
+				}
+				kind := []string{"ack", "nack", "reject", "renew"}[r.IntN(4)]
+				var err error
+				switch kind {
+				case "ack":
+					err = c.Ack(ctx, l)
+				case "nack":
+					err = c.Nack(ctx, l, "again")
+				case "reject":
+					err = c.Reject(ctx, l, "bad")
+				case "renew":
+					_, err = c.Renew(ctx, l, time.Minute)
+				}
+				mu.Lock()
+				switch {
+				case err == nil && kind != "renew":
+					if prev, ok := settled[l.ID]; ok {
+						failures = append(failures, errors.New(l.ID+" settled twice: "+prev+" and "+kind))
+					}
+					settled[l.ID] = kind
+				case err != nil && !errors.Is(err, rheo.ErrStaleLease):
+					failures = append(failures, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, failures)
+	counts := map[string]int64{}
+	for _, k := range settled {
+		counts[k]++
+	}
+	// Leases only renewed (by both goroutines) are still leased.
+	leased := int64(len(ls)) - int64(len(settled))
+	st, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Equal(t, leased, st.Inflight, "outcomes %v", counts)
+	require.Equal(t, counts["nack"], st.Available)
+	require.Equal(t, counts["reject"], st.DeadLetters)
+	held, err := c.Leases(ctx, "s", "g", rheo.LeaseListOptions{Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, held, int(leased))
+	for _, l := range held {
+		_, ok := settled[leaseOf(ls, l).ID]
+		require.False(t, ok, "a settled lease is listed as held: %v", l.Event.ID)
+	}
+}
+
+func leaseOf(ls []rheo.Lease, l rheo.Lease) rheo.Lease {
+	for _, x := range ls {
+		if x.Event.ID == l.Event.ID {
+			return x
+		}
+	}
+	return rheo.Lease{}
+}
