@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"regexp"
@@ -388,7 +389,8 @@ WITH s AS (
 	UPDATE {S}rheo_spans s SET done = overlay(s.done placing '1' from ($3 - s.lo + 1)::int for 1), pending = s.pending - 1,
 		low = s.lo - 1 + coalesce((SELECT min(k) FROM generate_series(1, length(s.done)) k
 			WHERE substr(s.done, k, 1) = '0' AND k <> ($3 - s.lo + 1)::int), 0)
-	WHERE s.grp_id = $1 AND s.part = $2 AND s.lo <= $3 AND s.hi >= $3 AND s.token = $7
+	WHERE s.grp_id = $1 AND s.part = $2 AND s.lo = (SELECT max(x.lo) FROM {S}rheo_spans x WHERE x.grp_id = $1 AND x.part = $2 AND x.lo <= $3)
+		AND s.hi >= $3 AND s.token = $7
 		AND substr(s.done, ($3 - s.lo + 1)::int, 1) = '0' AND s.ids[$3 - s.lo + 1] = hashtextextended($6, 0)
 	RETURNING s.attempt, s.consumer_id, s.leased_at
 )
@@ -510,7 +512,11 @@ const settledSet = `
 
 // settleSpans settles the requests for members of spans (tok, the span's
 // token, is set), part of both settle statements: sp finds each one's
-// span, still holding the member and fenced on its event ID; spu marks
+// span, still holding the member and fenced on its event ID (the only span
+// that can hold a sequence is the one that starts closest below it: spans
+// of a partition never overlap; reading the index backwards from the
+// sequence finds it first, past none of the spans deleted since the last
+// vacuum); spu marks
 // the members of each span settled in one update that re-checks, on the
 // span's newest version, that none of them was settled meanwhile (a
 // concurrent settle of one of them leaves them all to the next
@@ -521,12 +527,12 @@ const settleSpans = `
 sp AS MATERIALIZED (
 	SELECT r.i, r.kind, r.reason, r.avail, r.part, r.seq, r.event_id, r.tok, s.lo, s.attempt, s.leased_at
 	FROM r CROSS JOIN LATERAL (
-		SELECT s.lo, s.attempt, s.leased_at FROM {S}rheo_spans s
-		WHERE s.grp_id = $1 AND s.part = r.part AND s.lo <= r.seq AND s.hi >= r.seq AND s.token = r.tok
-			AND substr(s.done, (r.seq - s.lo + 1)::int, 1) = '0' AND s.ids[r.seq - s.lo + 1] = hashtextextended(r.event_id, 0)
-		LIMIT 1
+		SELECT s.lo, s.hi, s.token, s.done, s.ids, s.attempt, s.leased_at FROM {S}rheo_spans s
+		WHERE s.grp_id = $1 AND s.part = r.part AND s.lo <= r.seq
+		ORDER BY s.lo DESC LIMIT 1
 	) s
-	WHERE r.tok <> ''
+	WHERE r.tok <> '' AND s.hi >= r.seq AND s.token = r.tok
+		AND substr(s.done, (r.seq - s.lo + 1)::int, 1) = '0' AND s.ids[r.seq - s.lo + 1] = hashtextextended(r.event_id, 0)
 ),
 sx AS (
 	SELECT part, lo, tok, array_agg((seq - lo + 1)::int) AS pos, count(*)::int AS n FROM sp GROUP BY part, lo, tok
@@ -554,6 +560,134 @@ spn AS (
 	FROM spr WHERE kind <> 1
 	RETURNING status AS st
 ),`
+
+// ackSpansSQL acks whole spans: each group ($3..$6, ordinal gi) names a
+// span by partition, token and bounds, and the event IDs of its members
+// in sequence order ($7 from off+1), one ack each. A span still holding
+// all of them (pending equals its size), fenced on every event ID, is
+// deleted: its members are acked. A span changed meanwhile keeps its tuple
+// ID out of the delete, and its requests go to settleSQL.
+const ackSpansSQL = `
+WITH g AS (
+	SELECT * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::bigint[], $6::int[])
+		WITH ORDINALITY AS g(part, tok, lo, hi, off, gi)
+),
+k AS MATERIALIZED (
+	SELECT g.gi, x.tid FROM g CROSS JOIN LATERAL (
+		SELECT s.ctid AS tid FROM {S}rheo_spans s
+		WHERE s.grp_id = $1 AND s.part = g.part AND s.lo = g.lo AND s.token = g.tok AND s.hi = g.hi
+			AND s.pending = g.hi - g.lo + 1
+			AND s.ids = ARRAY(SELECT hashtextextended(u.e, 0)
+				FROM unnest(($7::text[])[g.off + 1 : g.off + (g.hi - g.lo + 1)::int]) WITH ORDINALITY AS u(e, n) ORDER BY u.n)
+		LIMIT 1
+	) x
+),
+d AS (
+	DELETE FROM {S}rheo_spans s WHERE s.ctid = ANY(ARRAY(SELECT tid FROM k))
+	RETURNING s.ctid AS tid
+)
+SELECT k.gi FROM d JOIN k ON k.tid = d.tid`
+
+// wholeSpans groups the acks of statement rows by the span their lease
+// IDs name, and returns the groups that name every sequence from their
+// lowest to their highest once (what an AckBatch of a fetch's leases
+// holds), as the arguments of ackSpansSQL after the group ID, with the
+// statement rows of each group.
+func wholeSpans(parts []int32, seqs []int64, eventIDs []string, kinds []int32, toks []string) (args []any, rows [][]int) {
+	type key struct {
+		part int32
+		tok  string
+	}
+	groups := map[key][]int{}
+	var order []key
+	for j, tok := range toks {
+		if tok == "" || kinds[j] != int32(rheo.SettleAck) {
+			continue
+		}
+		k := key{parts[j], tok}
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], j)
+	}
+	var (
+		gp       []int32
+		gt       []string
+		glo, ghi []int64
+		off      []int32
+		ids      []string
+	)
+	for _, k := range order {
+		js := groups[k]
+		slices.SortFunc(js, func(a, b int) int { return cmp.Compare(seqs[a], seqs[b]) })
+		lo, hi := seqs[js[0]], seqs[js[len(js)-1]]
+		if hi-lo+1 != int64(len(js)) {
+			continue // not one request per sequence of a run
+		}
+		gp, gt, glo, ghi, off = append(gp, k.part), append(gt, k.tok), append(glo, lo), append(ghi, hi), append(off, int32(len(ids)))
+		for _, j := range js {
+			ids = append(ids, eventIDs[j])
+		}
+		rows = append(rows, js)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return []any{gp, gt, glo, ghi, off, ids}, rows
+}
+
+// ackSpans acks the whole spans of a settle batch (see wholeSpans) in one
+// statement, marking the statement rows it settled in done.
+func (b *Backend) ackSpans(ctx context.Context, g groupRef, parts []int32, seqs []int64, eventIDs []string, kinds []int32,
+	toks []string, done []bool) error {
+	args, rows := wholeSpans(parts, seqs, eventIDs, kinds, toks)
+	if rows == nil {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue(setSettleGUCs)
+	batch.Queue(b.ackSpansSQL, append([]any{g.id}, args...)...)
+	batch.Queue("COMMIT")
+	br := b.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	res, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var settled []int
+	for res.Next() {
+		var gi int64
+		if err := res.Scan(&gi); err != nil {
+			res.Close()
+			return err
+		}
+		if gi >= 1 && int(gi) <= len(rows) {
+			settled = append(settled, int(gi)-1)
+		}
+	}
+	res.Close()
+	if err := res.Err(); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	for _, gi := range settled {
+		for _, j := range rows[gi] {
+			done[j] = true
+		}
+	}
+	return nil
+}
 
 // settleJoinSQL settles the requests settleSQL left unsettled because
 // their row changed under it, or that are stale: a join that re-checks
@@ -640,8 +774,10 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		return errs, nil
 	}
 	done := make([]bool, len(at))
+	// Acks of whole spans first (an AckBatch of the leases of a fetch): a
+	// delete of each span. What they leave goes through settleSQL.
 	for attempt := 0; ; attempt++ {
-		err = b.settle(ctx, b.settleSQL, g, now, parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, toks, stream, done)
+		err = b.ackSpans(ctx, g, parts, seqs, eventIDs, kinds, toks, done)
 		if err != nil && attempt < 5 && retryable(err) {
 			continue
 		}
@@ -649,6 +785,32 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	}
 	if err != nil {
 		return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+	}
+	if rest := slices.Index(done, false); rest >= 0 {
+		pick := func(j int) bool { return !done[j] }
+		sub := make([]bool, 0, len(at))
+		var idx []int
+		for j := range at {
+			if !done[j] {
+				idx = append(idx, j)
+				sub = append(sub, false)
+			}
+		}
+		for attempt := 0; ; attempt++ {
+			err = b.settle(ctx, b.settleSQL, g, now, subset(parts, at, pick), subset(seqs, at, pick), subset(leaseIDs, at, pick),
+				subset(eventIDs, at, pick), subset(kinds, at, pick), subset(reasons, at, pick), subset(avail, at, pick),
+				subset(toks, at, pick), stream, sub)
+			if err != nil && attempt < 5 && retryable(err) {
+				continue
+			}
+			break
+		}
+		if err != nil {
+			return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+		}
+		for x, j := range idx {
+			done[j] = sub[x]
+		}
 	}
 	// What the probe-and-write statement left: requests whose row changed
 	// under it (a renewal committed meanwhile) and stale ones.
@@ -769,7 +931,7 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, explodeSQL, renewSQL, renewSpanSQL, settleSQL, settleJoinSQL, appendSQL, appendFastSQL string
+	fetchSkip, fetchWait, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleJoinSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
@@ -783,6 +945,7 @@ func (b *Backend) prepareTexts() {
 	b.settleSQL = settle(settleSQL, "k")
 	b.settleJoinSQL = settle(settleJoinSQL, "r")
 	b.explodeSQL = b.sqlf(memberIDs(explodeSQL))
+	b.ackSpansSQL = b.sqlf(ackSpansSQL)
 	b.renewSpanSQL = b.sqlf(renewSpanSQL)
 	b.appendSQL = b.sqlf(appendSQL)
 	b.appendFastSQL = b.sqlf(appendFastSQL)

@@ -59,15 +59,15 @@ func TestResetDuringSettleIsAmbiguous(t *testing.T) {
 	a, b, px := proxied(t, clk)
 	require.NoError(t, b.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
 	require.NoError(t, b.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-	_, err := b.Append(ctx, "s", rheo.Message{ID: "e1"})
+	_, err := b.Append(ctx, "s", rheo.Message{ID: "event-cut-after-me"})
 	require.NoError(t, err)
 	ls, err := a.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, ls, 1)
 
-	// The lease ID travels in the settle's Bind message, after the
+	// The event ID travels in the settle's Bind message, after the
 	// statement text and just before Execute and Sync.
-	px.CutAfter([]byte(ls[0].ID))
+	px.CutAfter([]byte(ls[0].Event.ID))
 	err = a.Ack(ctx, ls[0])
 	require.ErrorIs(t, err, rheo.ErrAmbiguous)
 	require.NotErrorIs(t, err, rheo.ErrBackendUnavailable)
