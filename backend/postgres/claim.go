@@ -201,11 +201,11 @@ adv AS (
 	RETURNING g.part
 ),
 got AS (
-	SELECT * FROM upd
+	SELECT part, seq, attempt, lease_id, false AS span FROM upd
 	UNION ALL
-	SELECT p.part, p.seq, 1, {MEMBER:ins.token:p.seq} FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
+	SELECT p.part, p.seq, 1, ins.token, true FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
 )
-SELECT (SELECT count(*) FROM wk) - (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id,
+SELECT (SELECT count(*) FROM wk) - (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id, got.span,
 	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
 FROM (SELECT 1) one
 LEFT JOIN (got CROSS JOIN LATERAL (
@@ -338,9 +338,10 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 			part, att                *int32
 			seq, ts                  *int64
 			leaseID, id, etype, ekey *string
+			span                     *bool
 			payload, meta            []byte
 		)
-		if err := rows.Scan(&n, &part, &seq, &att, &leaseID, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
+		if err := rows.Scan(&n, &part, &seq, &att, &leaseID, &span, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
 			return nil, 0, err
 		}
 		skipped = int(n)
@@ -356,8 +357,12 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 				return nil, 0, err
 			}
 		}
+		lid := *leaseID
+		if *span { // the span's token: the member's ID is derived from it
+			lid = sqlstore.SpanLeaseID(lid, *seq)
+		}
 		leases = append(leases, rheo.Lease{
-			ID: *leaseID, Receipt: *leaseID, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
+			ID: lid, Receipt: lid, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
 			Attempt: int(*att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
 		})
 	}
