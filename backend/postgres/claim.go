@@ -53,9 +53,14 @@ const poisonReason = "max_attempts: lease expired"
 // no more past the cursor, and fresh1 already holds all of it.
 // Offered deliveries always precede events past the cursor in sequence
 // order, so the first rows of a partition are the same either way. Then it
-// leases the kept rows, inserts
-// the fresh ones already leased, advances the cursors and returns the
-// leases with their events.
+// leases the kept rows, leases the fresh ones of each partition as one
+// span (a row of rheo_spans instead of a delivery row each: see
+// migrations/0004_spans.sql in internal/sqlstore; it returns the span's
+// token, from which Go derives each member's lease ID), advances the
+// cursors and returns the leases with their events. explodeSQL, before
+// it in the same transaction, has turned the spans whose lease expired
+// into the delivery rows they stand for, which this statement then claims
+// or dead-letters like any other.
 //
 // Rows it locks it updates by tuple ID (stable while the lock is held),
 // never through a join with the deliveries table: planned from a queue
@@ -357,12 +362,13 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 				return nil, 0, err
 			}
 		}
-		lid := *leaseID
+		lid, receipt := *leaseID, *leaseID
 		if *span { // the span's token: the member's ID is derived from it
 			lid = sqlstore.SpanLeaseID(lid, *seq)
+			receipt = lid + spanReceipt
 		}
 		leases = append(leases, rheo.Lease{
-			ID: lid, Receipt: lid, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
+			ID: lid, Receipt: receipt, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
 			Attempt: int(*att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
 		})
 	}
@@ -418,23 +424,24 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	if err != nil {
 		return err
 	}
-	if l.Receipt != l.ID {
+	tok, ok := spanTokenOf(l)
+	if !ok {
 		return receiptMismatch(l)
 	}
 	args := []any{g.id, l.Event.Partition, l.Event.Sequence, l.ID, expiresAt.UnixMicro(), l.Event.ID}
-	tok := sqlstore.SpanToken(l.ID, l.Event.Sequence)
 	// A member of a span is renewed in the span; it may also have left it
-	// for a row of its own (renewed before, or its span expired), perhaps
-	// between the two statements: the row is tried again after the span.
+	// for a row of its own (renewed before, or its span expired): the row
+	// is tried after the span.
 	renew := func(q string, args ...any) (bool, error) {
 		tag, err := b.pool.Exec(ctx, q, args...)
 		return err == nil && tag.RowsAffected() > 0, err
 	}
-	ok, err := renew(b.renewSQL, args...)
-	if !ok && err == nil && tok != "" {
-		if ok, err = renew(b.renewSpanSQL, append(args, tok)...); !ok && err == nil {
-			ok, err = renew(b.renewSQL, args...)
-		}
+	ok = false
+	if tok != "" {
+		ok, err = renew(b.renewSpanSQL, append(args, tok)...)
+	}
+	if !ok && err == nil {
+		ok, err = renew(b.renewSQL, args...)
 	}
 	if err != nil {
 		return classify(err, true, "postgres: renew lease %s in group %q", l.ID, l.Group)
@@ -443,6 +450,29 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 		return staleLease(l)
 	}
 	return nil
+}
+
+// spanReceipt ends the receipt of a lease fetched as a member of a span
+// (the receipt of a delivery row's lease is its ID), so that a settle or
+// renewal knows which kind of lease it holds without asking the database.
+const spanReceipt = "+span"
+
+func spanOK(l rheo.Lease) bool {
+	_, ok := spanTokenOf(l)
+	return ok
+}
+
+// spanTokenOf returns the token of the span a lease was fetched in ("" for
+// a delivery row's lease), and false when its receipt is neither form.
+func spanTokenOf(l rheo.Lease) (string, bool) {
+	switch l.Receipt {
+	case l.ID:
+		return "", true
+	case l.ID + spanReceipt:
+		tok := sqlstore.SpanToken(l.ID, l.Event.Sequence)
+		return tok, tok != ""
+	}
+	return "", false
 }
 
 func staleLease(l rheo.Lease) error {
@@ -694,6 +724,14 @@ func (b *Backend) ackSpans(ctx context.Context, g groupRef, parts []int32, seqs 
 	return nil
 }
 
+// noSpans stands for settleSpans in settleRowsSQL, the settle statement of
+// batches that name no span's member: the same statement without the work
+// of spans.
+const noSpans = `
+sp AS (SELECT NULL::bigint AS i WHERE false),
+spr AS (SELECT NULL::bigint AS i WHERE false),
+spn AS (SELECT NULL::smallint AS st WHERE false),`
+
 // settleJoinSQL settles the requests settleSQL left unsettled because
 // their row changed under it, or that are stale: a join that re-checks
 // the fence on the newest version of each row.
@@ -757,7 +795,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		case l.Event.Partition < 0 || l.Event.Partition >= g.parts:
 			errs[i] = staleLease(l)
 			continue
-		case l.Receipt != l.ID:
+		case !spanOK(l):
 			errs[i] = receiptMismatch(l)
 			continue
 		case r.Kind != rheo.SettleAck && r.Kind != rheo.SettleNack && r.Kind != rheo.SettleReject:
@@ -772,7 +810,8 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		kinds = append(kinds, int32(r.Kind))
 		reasons = append(reasons, r.Reason)
 		avail = append(avail, r.AvailableAt.UnixMicro())
-		toks = append(toks, sqlstore.SpanToken(l.ID, l.Event.Sequence))
+		tok, _ := spanTokenOf(l)
+		toks = append(toks, tok)
 		at = append(at, i)
 	}
 	if len(at) == 0 {
@@ -801,8 +840,15 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 				sub = append(sub, false)
 			}
 		}
+		q := b.settleRowsSQL
+		for j := range at {
+			if !done[j] && toks[j] != "" {
+				q = b.settleSQL
+				break
+			}
+		}
 		for attempt := 0; ; attempt++ {
-			err = b.settle(ctx, b.settleSQL, g, now, subset(parts, at, pick), subset(seqs, at, pick), subset(leaseIDs, at, pick),
+			err = b.settle(ctx, q, g, now, subset(parts, at, pick), subset(seqs, at, pick), subset(leaseIDs, at, pick),
 				subset(eventIDs, at, pick), subset(kinds, at, pick), subset(reasons, at, pick), subset(avail, at, pick),
 				subset(toks, at, pick), stream, sub)
 			if err != nil && attempt < 5 && retryable(err) {
@@ -875,7 +921,7 @@ func subset[T any](xs []T, at []int, keep func(int) bool) []T {
 func (b *Backend) settle(ctx context.Context, q string, g groupRef, now time.Time, parts []int32, seqs []int64, leaseIDs, eventIDs []string,
 	kinds []int32, reasons []string, avail []int64, toks []string, stream string, done []bool) error {
 	args := []any{g.id, now.UnixMicro(), parts, seqs, leaseIDs, eventIDs, kinds, reasons, avail, g.maxAttempts, b.channel, stream, toks}
-	if q != b.settleSQL {
+	if q == b.settleJoinSQL {
 		// Planned for its arguments on every call (an unnamed statement):
 		// the generic plan PostgreSQL may switch a cached statement to after
 		// five runs has been seen to halve the throughput of this join.
@@ -936,7 +982,7 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleJoinSQL, appendSQL, appendFastSQL string
+	fetchSkip, fetchWait, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
@@ -948,6 +994,7 @@ func (b *Backend) prepareTexts() {
 		return b.sqlf(due(strings.NewReplacer("{SETTLED}", strings.ReplaceAll(settledSet, "{R}", r), "{SPANS}", settleSpans).Replace(q)))
 	}
 	b.settleSQL = settle(settleSQL, "k")
+	b.settleRowsSQL = b.sqlf(due(strings.NewReplacer("{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "k"), "{SPANS}", noSpans).Replace(settleSQL)))
 	b.settleJoinSQL = settle(settleJoinSQL, "r")
 	b.explodeSQL = b.sqlf(memberIDs(explodeSQL))
 	b.ackSpansSQL = b.sqlf(ackSpansSQL)
