@@ -101,13 +101,13 @@ func (s *Store) ListGroups(ctx context.Context, stream string) ([]string, error)
 	return out, nil
 }
 
-// LagSQL reads, per partition of a group, the cursor, the high watermark
-// and the lowest pending sequence, of a delivery row or a span member
-// (NULL when nothing is pending). The
-// frontier is that sequence minus one, or the cursor.
+// LagSQL reads, per partition of a group, the cursor, the high watermark,
+// the lowest pending sequence of a delivery row and that of a span's member
+// (each NULL when none is pending). The frontier is the lower of the two
+// minus one, or the cursor.
 const LagSQL = "SELECT g.part, g.offered, p.hwm, " +
-	"(SELECT MIN(m) FROM (SELECT MIN(d.seq) AS m FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2 " +
-	"UNION ALL SELECT MIN(s.low) FROM rheo_spans s WHERE s.grp_id = g.grp_id AND s.part = g.part AND s.pending > 0) u) " +
+	"(SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2), " +
+	"(SELECT MIN(s.low) FROM rheo_spans s WHERE s.grp_id = g.grp_id AND s.part = g.part AND s.pending > 0) " +
 	"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part " +
 	"WHERE g.grp_id = ? ORDER BY g.part"
 
@@ -127,11 +127,14 @@ func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.Partition
 	for rows.Next() {
 		var pl rheo.PartitionLag
 		var offered int64
-		var pending sql.NullInt64
-		if err := rows.Scan(&pl.Partition, &offered, &pl.HighWatermark, &pending); err != nil {
+		var pending, spanned sql.NullInt64
+		if err := rows.Scan(&pl.Partition, &offered, &pl.HighWatermark, &pending, &spanned); err != nil {
 			return nil, s.classify(err, "lag of group %q", group)
 		}
 		pl.Frontier = offered
+		if spanned.Valid && (!pending.Valid || spanned.Int64 < pending.Int64) {
+			pending = spanned
+		}
 		if pending.Valid {
 			pl.Frontier = pending.Int64 - 1
 		}
