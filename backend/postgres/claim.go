@@ -679,46 +679,13 @@ func (b *Backend) ackSpans(ctx context.Context, g groupRef, parts []int32, seqs 
 	if rows == nil {
 		return nil
 	}
-	batch := &pgx.Batch{}
-	batch.Queue("BEGIN")
-	batch.Queue(setSettleGUCs)
-	batch.Queue(b.ackSpansSQL, append([]any{g.id}, args...)...)
-	batch.Queue("COMMIT")
-	br := b.pool.SendBatch(ctx, batch)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-	}
-	res, err := br.Query()
-	if err != nil {
+	settled := make([]bool, len(rows))
+	if err := b.settleTx(ctx, b.ackSpansSQL, append([]any{g.id}, args...), settled); err != nil {
 		return err
 	}
-	var settled []int
-	for res.Next() {
-		var gi int64
-		if err := res.Scan(&gi); err != nil {
-			res.Close()
-			return err
-		}
-		if gi >= 1 && int(gi) <= len(rows) {
-			settled = append(settled, int(gi)-1)
-		}
-	}
-	res.Close()
-	if err := res.Err(); err != nil {
-		return err
-	}
-	if _, err := br.Exec(); err != nil {
-		return err
-	}
-	if err := br.Close(); err != nil {
-		return err
-	}
-	for _, gi := range settled {
+	for gi, ok := range settled {
 		for _, j := range rows[gi] {
-			done[j] = true
+			done[j] = done[j] || ok
 		}
 	}
 	return nil
@@ -941,6 +908,13 @@ func (b *Backend) settle(ctx context.Context, q string, g groupRef, now time.Tim
 	// its JIT: that is off too.) Its shape is fixed by the
 	// LATERAL probes, so the cached generic plan is as good as a custom
 	// one and saves planning it on every call.
+	return b.settleTx(ctx, q, args, done)
+}
+
+// settleTx runs q in a transaction of its own with the settle settings,
+// in one round trip, and marks in done the 1-based positions its rows
+// return.
+func (b *Backend) settleTx(ctx context.Context, q string, args []any, done []bool) error {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	batch.Queue(setSettleGUCs)
