@@ -230,7 +230,7 @@ WITH x AS (
 	RETURNING s.*
 )
 INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
-SELECT x.grp_id, e.part, e.seq, e.id, 1, x.attempt, {MEMBER:x.token:e.seq}, x.consumer_id, x.leased_at, x.expires_at, x.expires_at
+SELECT x.grp_id, e.part, e.seq, e.id, 1, x.attempt, {MEMBER:x.token:e.seq} || '` + sqlstore.SpanReceipt + `', x.consumer_id, x.leased_at, x.expires_at, x.expires_at
 FROM x CROSS JOIN LATERAL (
 	SELECT e.part, e.seq, e.id FROM {S}rheo_events e
 	WHERE e.stream_id = $2 AND e.part = x.part AND e.seq >= x.lo AND e.seq <= x.hi
@@ -428,7 +428,8 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	if !ok {
 		return receiptMismatch(l)
 	}
-	args := []any{g.id, l.Event.Partition, l.Event.Sequence, l.ID, expiresAt.UnixMicro(), l.Event.ID}
+	// Rows hold a lease under its receipt (a span member's row too).
+	args := []any{g.id, l.Event.Partition, l.Event.Sequence, l.Receipt, expiresAt.UnixMicro(), l.Event.ID}
 	// A member of a span is renewed in the span; it may also have left it
 	// for a row of its own (renewed before, or its span expired): the row
 	// is tried after the span.
@@ -447,7 +448,7 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 		return classify(err, true, "postgres: renew lease %s in group %q", l.ID, l.Group)
 	}
 	if !ok {
-		return staleLease(l)
+		return b.staleOrMismatch(ctx, g, l)
 	}
 	return nil
 }
@@ -455,7 +456,7 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 // spanReceipt ends the receipt of a lease fetched as a member of a span
 // (the receipt of a delivery row's lease is its ID), so that a settle or
 // renewal knows which kind of lease it holds without asking the database.
-const spanReceipt = "+span"
+const spanReceipt = sqlstore.SpanReceipt
 
 func spanOK(l rheo.Lease) bool {
 	_, ok := spanTokenOf(l)
@@ -747,14 +748,14 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	// later ones are stale (as on every backend; one statement would
 	// otherwise apply an ack and a nack of it at once, the ack winning).
 	type position struct {
-		part int
-		seq  int64
-		id   string
+		part             int
+		seq              int64
+		receipt, eventID string
 	}
 	named := make(map[position]bool, n)
 	for i, r := range reqs {
 		l := r.Lease
-		pos := position{l.Event.Partition, l.Event.Sequence, l.ID}
+		pos := position{l.Event.Partition, l.Event.Sequence, l.Receipt, l.Event.ID}
 		switch {
 		case named[pos]:
 			errs[i] = staleLease(l)
@@ -772,7 +773,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		named[pos] = true
 		parts = append(parts, int32(l.Event.Partition))
 		seqs = append(seqs, l.Event.Sequence)
-		leaseIDs = append(leaseIDs, l.ID)
+		leaseIDs = append(leaseIDs, l.Receipt) // rows hold a lease under its receipt
 		eventIDs = append(eventIDs, l.Event.ID)
 		kinds = append(kinds, int32(r.Kind))
 		reasons = append(reasons, r.Reason)
@@ -868,10 +869,43 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	}
 	for j, i := range at {
 		if !done[j] {
-			errs[i] = staleLease(reqs[i].Lease)
+			errs[i] = b.staleOrMismatch(ctx, g, reqs[i].Lease)
 		}
 	}
 	return errs, nil
+}
+
+// otherReceiptSQL tells whether a lease is current under the receipt of
+// the other kind ($4 the row's lease ID under it, $6 the span's token when
+// that kind is a span's member).
+const otherReceiptSQL = `
+SELECT EXISTS (
+	SELECT 1 FROM {S}rheo_deliveries d
+	WHERE d.grp_id = $1 AND d.part = $2 AND d.seq = $3 AND d.status = 1 AND d.lease_id = $4 AND d.event_id = $5
+) OR EXISTS (
+	SELECT 1 FROM (
+		SELECT s.* FROM {S}rheo_spans s WHERE s.grp_id = $1 AND s.part = $2 AND s.lo <= $3 ORDER BY s.lo DESC LIMIT 1
+	) s
+	WHERE $6 <> '' AND s.hi >= $3 AND s.token = $6 AND substr(s.done, ($3 - s.lo + 1)::int, 1) = '0'
+		AND s.ids[$3 - s.lo + 1] = hashtextextended($5, 0)
+)`
+
+// staleOrMismatch is the error of a settle or renewal that found no
+// current lease: ErrReceiptMismatch when the lease is current under the
+// receipt of the other kind (a row's lease given a span member's receipt,
+// or the reverse), as a backend with native receipts reports it, else
+// ErrStaleLease.
+func (b *Backend) staleOrMismatch(ctx context.Context, g groupRef, l rheo.Lease) error {
+	other, tok := l.ID+spanReceipt, sqlstore.SpanToken(l.ID, l.Event.Sequence)
+	if l.Receipt != l.ID {
+		other, tok = l.ID, ""
+	}
+	var current bool
+	err := b.pool.QueryRow(ctx, b.otherReceiptSQL, g.id, l.Event.Partition, l.Event.Sequence, other, l.Event.ID, tok).Scan(&current)
+	if err == nil && current {
+		return receiptMismatch(l)
+	}
+	return staleLease(l)
 }
 
 // subset returns the elements of xs whose positions j satisfy keep(j).
@@ -956,7 +990,7 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, appendSQL, appendFastSQL string
+	fetchSkip, fetchWait, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
@@ -972,6 +1006,7 @@ func (b *Backend) prepareTexts() {
 	b.settleJoinSQL = settle(settleJoinSQL, "r")
 	b.explodeSQL = b.sqlf(memberIDs(explodeSQL))
 	b.ackSpansSQL = b.sqlf(ackSpansSQL)
+	b.otherReceiptSQL = b.sqlf(otherReceiptSQL)
 	b.renewSpanSQL = b.sqlf(renewSpanSQL)
 	b.appendSQL = b.sqlf(appendSQL)
 	b.appendFastSQL = b.sqlf(appendFastSQL)

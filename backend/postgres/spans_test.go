@@ -135,3 +135,73 @@ func leaseOf(ls []rheo.Lease, l rheo.Lease) rheo.Lease {
 	}
 	return rheo.Lease{}
 }
+
+// TestSpanReceiptKindsDoNotCross: a lease settles only under the receipt
+// it was fetched with. A delivery row's lease given a span member's
+// receipt, and a span member's lease given its bare ID (in its span, and
+// after it moved to a row of its own), are refused with
+// ErrReceiptMismatch, as a backend with native receipts refuses a wrong
+// one; the genuine leases then settle.
+func TestSpanReceiptKindsDoNotCross(t *testing.T) {
+	ctx := context.Background()
+	c := rheo.New(newBackend(t))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	fill(t, c, "s", 3)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 3}))
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, ls, 3)
+	for _, l := range ls {
+		require.Equal(t, l.ID+"+span", l.Receipt, "a fresh event is leased as a span's member")
+	}
+	require.NoError(t, c.Nack(ctx, ls[0], "again"))
+	re, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, re, 1)
+	row := re[0]
+	require.Equal(t, row.ID, row.Receipt, "a redelivery is a delivery row's lease")
+
+	switched := row
+	switched.Receipt = row.ID + "+span"
+	require.ErrorIs(t, c.Ack(ctx, switched), rheo.ErrReceiptMismatch)
+	_, err = c.Renew(ctx, switched, time.Minute)
+	require.ErrorIs(t, err, rheo.ErrReceiptMismatch)
+
+	member := ls[1]
+	bare := member
+	bare.Receipt = member.ID
+	require.ErrorIs(t, c.Ack(ctx, bare), rheo.ErrReceiptMismatch, "in its span")
+	_, err = c.Renew(ctx, member, time.Minute) // moves it to a row of its own
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Ack(ctx, bare), rheo.ErrReceiptMismatch, "in a row of its own")
+	require.ErrorIs(t, c.AckBatch(ctx, []rheo.Lease{bare}), rheo.ErrReceiptMismatch)
+
+	require.NoError(t, c.AckBatch(ctx, []rheo.Lease{row, member, ls[2]}))
+	st, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Zero(t, st.Inflight)
+	require.Zero(t, st.Available)
+}
+
+// TestSettleBatchWithForgedEventIDKeepsTheGenuineRequest: a batch naming a
+// lease once with a forged event ID and once as fetched settles the genuine
+// request (the forged one is stale), as on the memory backend.
+func TestSettleBatchWithForgedEventIDKeepsTheGenuineRequest(t *testing.T) {
+	ctx := context.Background()
+	c := rheo.New(newBackend(t))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	fill(t, c, "s", 2)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1})
+	require.NoError(t, err)
+	forged := ls[0]
+	forged.Event.ID = "not-" + forged.Event.ID
+	err = c.AckBatch(ctx, []rheo.Lease{forged, ls[0]})
+	var be *rheo.BatchError
+	require.ErrorAs(t, err, &be)
+	require.ErrorIs(t, be.Errs[0], rheo.ErrStaleLease)
+	require.NoError(t, be.Errs[1])
+	st, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Zero(t, st.Inflight)
+}

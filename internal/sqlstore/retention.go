@@ -272,25 +272,31 @@ func (s *Store) Trim(ctx context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		for _, g := range gs {
-			if err := s.explodeSpans(ctx, t, ref.id, g.id, p); err != nil {
-				return err
-			}
-		}
 		if !r.Force {
 			for _, g := range gs {
-				var pending sql.NullInt64
-				if err := t.queryRow(ctx, "SELECT MIN(seq) FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status < 2", g.id, p).Scan(&pending); err != nil {
+				var pending, spanned sql.NullInt64
+				if err := t.queryRow(ctx, "SELECT (SELECT MIN(seq) FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status < 2), "+
+					"(SELECT MIN(low) FROM rheo_spans WHERE grp_id = ? AND part = ? AND pending > 0)", g.id, p, g.id, p).Scan(&pending, &spanned); err != nil {
 					return err
 				}
 				frontier := g.offered
 				if pending.Valid {
 					frontier = pending.Int64 - 1
 				}
+				if spanned.Valid {
+					frontier = min(frontier, spanned.Int64-1)
+				}
 				through = min(through, frontier)
 			}
 			if through <= trimmed {
 				return nil
+			}
+		}
+		// Something goes: the spans of the partition become rows first, so
+		// that what follows counts and removes deliveries as rows.
+		for _, g := range gs {
+			if err := s.explodeSpans(ctx, t, ref.id, g.id, p); err != nil {
+				return err
 			}
 		}
 		for _, g := range gs {

@@ -20,6 +20,13 @@ const (
 	spanMember = "substr(s.done, CAST(e.seq - s.lo + 1 AS INTEGER), 1) = '0'"
 )
 
+// SpanReceipt ends the receipt of a lease fetched as a member of a span
+// (a delivery row's lease has its ID as receipt). A member that moved to a
+// delivery row of its own keeps its receipt there, as the row's lease ID:
+// a settle matches a row by the receipt it was given, so a lease never
+// settles under a receipt of the other kind.
+const SpanReceipt = "+span"
+
 // spanMask covers the last 12 hex digits of a token.
 const spanMask = 1<<48 - 1
 
@@ -52,7 +59,7 @@ func SpanToken(id string, seq int64) string {
 }
 
 // explodeSpans replaces the spans of group grp in partition p by the
-// delivery rows they stand for, so that what follows in the transaction
+// delivery rows they stand for (lease ID: the member's receipt), so that what follows in the transaction
 // (a replay, a trim) sees every delivery as a row. The spans are locked
 // first: a settle of one of their members either commits before (and is
 // seen) or finds the span gone and settles the row.
@@ -105,7 +112,7 @@ func (s *Store) explodeSpans(ctx context.Context, t *writeTx, streamID, grp int6
 			}
 			n++
 			b.S("(").Arg(grp).S(", ").Arg(p).S(", ").Arg(seq).S(", ").Arg(id).S(", 1, ").Arg(x.attempt).S(", ").
-				Arg(SpanLeaseID(x.token, seq)).S(", ").Arg(x.consumer).S(", ").Arg(x.leasedAt).S(", ").
+				Arg(SpanLeaseID(x.token, seq)+SpanReceipt).S(", ").Arg(x.consumer).S(", ").Arg(x.leasedAt).S(", ").
 				Arg(x.expiresAt).S(", ").Arg(x.expiresAt).S(")")
 		}
 		evs.Close()
