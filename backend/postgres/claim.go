@@ -842,6 +842,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	// Each pass settles what the one before left, until one settles
 	// nothing more: a span's members settled in one update are all left
 	// to the next pass when a concurrent settle took one of them.
+	again := false
 	for len(left) > 0 {
 		pick := func(j int) bool { return !done[j] }
 		rest := make([]bool, len(left))
@@ -863,7 +864,12 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			progress = progress || rest[x]
 		}
 		if !progress {
-			break
+			// A span's member may have moved to a row (its span expired)
+			// after this statement's snapshot: one more pass sees the row.
+			if again || !slices.ContainsFunc(left, func(j int) bool { return toks[j] != "" }) {
+				break
+			}
+			again = true
 		}
 		left = slices.DeleteFunc(left, func(j int) bool { return done[j] })
 	}
