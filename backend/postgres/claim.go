@@ -365,7 +365,7 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		lid, receipt := *leaseID, *leaseID
 		if *span { // the span's token: the member's ID is derived from it
 			lid = sqlstore.SpanLeaseID(lid, *seq)
-			receipt = lid + spanReceipt
+			receipt = lid + sqlstore.SpanReceipt
 		}
 		leases = append(leases, rheo.Lease{
 			ID: lid, Receipt: receipt, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
@@ -424,8 +424,8 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	if err != nil {
 		return err
 	}
-	tok, ok := spanTokenOf(l)
-	if !ok {
+	tok, valid := spanTokenOf(l)
+	if !valid {
 		return receiptMismatch(l)
 	}
 	// Rows hold a lease under its receipt (a span member's row too).
@@ -437,7 +437,7 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 		tag, err := b.pool.Exec(ctx, q, args...)
 		return err == nil && tag.RowsAffected() > 0, err
 	}
-	ok = false
+	ok := false
 	if tok != "" {
 		ok, err = renew(b.renewSpanSQL, append(args, tok)...)
 	}
@@ -453,23 +453,13 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	return nil
 }
 
-// spanReceipt ends the receipt of a lease fetched as a member of a span
-// (the receipt of a delivery row's lease is its ID), so that a settle or
-// renewal knows which kind of lease it holds without asking the database.
-const spanReceipt = sqlstore.SpanReceipt
-
-func spanOK(l rheo.Lease) bool {
-	_, ok := spanTokenOf(l)
-	return ok
-}
-
 // spanTokenOf returns the token of the span a lease was fetched in ("" for
 // a delivery row's lease), and false when its receipt is neither form.
 func spanTokenOf(l rheo.Lease) (string, bool) {
 	switch l.Receipt {
 	case l.ID:
 		return "", true
-	case l.ID + spanReceipt:
+	case l.ID + sqlstore.SpanReceipt:
 		tok := sqlstore.SpanToken(l.ID, l.Event.Sequence)
 		return tok, tok != ""
 	}
@@ -536,14 +526,20 @@ UNION ALL SELECT i FROM other
 UNION ALL SELECT i FROM spr
 UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 
-// settledSet is what a nack or a reject writes to its delivery ({R} is
-// the request): a nack below the attempt limit makes it available at the
-// request's time, anything else dead-letters it.
+// What a nack or a reject leaves of a delivery ({R} is the request, {A}
+// the attempt it was leased at): a nack below the attempt limit makes it
+// available at the request's time, anything else dead-letters it.
+const (
+	settledStatus = `CASE WHEN {R}.kind = 2 AND {A} < $10::int THEN 0 ELSE 2 END`
+	settledReason = `CASE WHEN {R}.kind = 2 AND {A} >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END`
+	settledDue    = `CASE WHEN {R}.kind = 2 AND {A} < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN greatest({R}.avail - {OFFSET}, -9223372036854775807) ELSE {R}.avail END END`
+	settledDead   = `CASE WHEN {R}.kind = 2 AND {A} < $10 THEN NULL ELSE $2::bigint END`
+)
+
+// settledSet writes them to a delivery row (d).
 const settledSet = `
-		status = CASE WHEN {R}.kind = 2 AND d.attempt < $10::int THEN 0 ELSE 2 END,
-		reason = CASE WHEN {R}.kind = 2 AND d.attempt >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END,
-		due_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN greatest({R}.avail - {OFFSET}, -9223372036854775807) ELSE {R}.avail END END,
-		dead_at = CASE WHEN {R}.kind = 2 AND d.attempt < $10 THEN NULL ELSE $2::bigint END,
+		status = ` + settledStatus + `, reason = ` + settledReason + `,
+		due_at = ` + settledDue + `, dead_at = ` + settledDead + `,
 		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
 // settleSpans settles the requests for members of spans (tok, the span's
@@ -588,12 +584,9 @@ spu AS (
 spr AS (SELECT sp.* FROM sp JOIN spu ON spu.part = sp.part AND spu.lo = sp.lo),
 spn AS (
 	INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, leased_at, reason, due_at, dead_at)
-	SELECT $1, part, seq, event_id,
-		CASE WHEN kind = 2 AND attempt < $10::int THEN 0 ELSE 2 END, attempt, leased_at,
-		CASE WHEN kind = 2 AND attempt >= $10 THEN 'max_attempts: ' || reason ELSE reason END,
-		CASE WHEN kind = 2 AND attempt < $10 THEN CASE WHEN avail <= $2::bigint THEN greatest(avail - {OFFSET}, -9223372036854775807) ELSE avail END END,
-		CASE WHEN kind = 2 AND attempt < $10 THEN NULL ELSE $2::bigint END
-	FROM spr WHERE kind <> 1
+	SELECT $1, spr.part, spr.seq, spr.event_id, ` + settledStatus + `, spr.attempt, spr.leased_at,
+		` + settledReason + `, ` + settledDue + `, ` + settledDead + `
+	FROM spr WHERE spr.kind <> 1
 	RETURNING status AS st
 ),`
 
@@ -756,6 +749,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	for i, r := range reqs {
 		l := r.Lease
 		pos := position{l.Event.Partition, l.Event.Sequence, l.Receipt, l.Event.ID}
+		tok, valid := spanTokenOf(l)
 		switch {
 		case named[pos]:
 			errs[i] = staleLease(l)
@@ -763,7 +757,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		case l.Event.Partition < 0 || l.Event.Partition >= g.parts:
 			errs[i] = staleLease(l)
 			continue
-		case !spanOK(l):
+		case !valid:
 			errs[i] = receiptMismatch(l)
 			continue
 		case r.Kind != rheo.SettleAck && r.Kind != rheo.SettleNack && r.Kind != rheo.SettleReject:
@@ -778,7 +772,6 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		kinds = append(kinds, int32(r.Kind))
 		reasons = append(reasons, r.Reason)
 		avail = append(avail, r.AvailableAt.UnixMicro())
-		tok, _ := spanTokenOf(l)
 		toks = append(toks, tok)
 		at = append(at, i)
 	}
@@ -786,92 +779,82 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		return errs, nil
 	}
 	done := make([]bool, len(at))
-	// Acks of whole spans first (an AckBatch of the leases of a fetch): a
-	// delete of each span. What they leave goes through settleSQL.
-	for attempt := 0; ; attempt++ {
-		err = b.ackSpans(ctx, g, parts, seqs, eventIDs, kinds, toks, done)
-		if err != nil && attempt < 5 && retryable(err) {
-			continue
-		}
-		break
-	}
-	if err != nil {
-		return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
-	}
-	if rest := slices.Index(done, false); rest >= 0 {
-		pick := func(j int) bool { return !done[j] }
-		sub := make([]bool, 0, len(at))
-		var idx []int
-		for j := range at {
-			if !done[j] {
-				idx = append(idx, j)
-				sub = append(sub, false)
-			}
-		}
-		q := b.settleRowsSQL
-		for j := range at {
-			if !done[j] && toks[j] != "" {
-				q = b.settleSQL
-				break
-			}
-		}
+	retrying := func(f func() error) error {
 		for attempt := 0; ; attempt++ {
-			err = b.settle(ctx, q, g, now, subset(parts, at, pick), subset(seqs, at, pick), subset(leaseIDs, at, pick),
-				subset(eventIDs, at, pick), subset(kinds, at, pick), subset(reasons, at, pick), subset(avail, at, pick),
-				subset(toks, at, pick), stream, sub)
+			err := f()
 			if err != nil && attempt < 5 && retryable(err) {
 				continue
 			}
-			break
+			return err
 		}
-		if err != nil {
-			return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+	}
+	left := func(span bool) bool {
+		for j := range at {
+			if !done[j] && (!span || toks[j] != "") {
+				return true
+			}
 		}
+		return false
+	}
+	// pass runs q on the requests not settled yet and reports whether it
+	// settled any.
+	pass := func(q string) (bool, error) {
+		pick := func(j int) bool { return !done[j] }
+		var idx []int
+		for j := range at {
+			if pick(j) {
+				idx = append(idx, j)
+			}
+		}
+		sub := make([]bool, len(idx))
+		err := retrying(func() error {
+			return b.settle(ctx, q, g, now, subset(parts, at, pick), subset(seqs, at, pick), subset(leaseIDs, at, pick),
+				subset(eventIDs, at, pick), subset(kinds, at, pick), subset(reasons, at, pick), subset(avail, at, pick),
+				subset(toks, at, pick), stream, sub)
+		})
+		progress := false
 		for x, j := range idx {
 			done[j] = sub[x]
+			progress = progress || sub[x]
+		}
+		return progress, err
+	}
+	fail := func(err error) ([]error, error) {
+		return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
+	}
+	// Acks of whole spans first (an AckBatch of the leases of a fetch): a
+	// delete of each span. What they leave goes through settleSQL, or the
+	// same statement without the work of spans when it names none.
+	if err := retrying(func() error { return b.ackSpans(ctx, g, parts, seqs, eventIDs, kinds, toks, done) }); err != nil {
+		return fail(err)
+	}
+	if left(false) {
+		q := b.settleRowsSQL
+		if left(true) {
+			q = b.settleSQL
+		}
+		if _, err := pass(q); err != nil {
+			return fail(err)
 		}
 	}
 	// What the probe-and-write statement left: requests whose row changed
-	// under it (a renewal committed meanwhile) and stale ones.
-	var left []int
-	for j := range at {
-		if !done[j] {
-			left = append(left, j)
-		}
-	}
-	// Each pass settles what the one before left, until one settles
-	// nothing more: a span's members settled in one update are all left
-	// to the next pass when a concurrent settle took one of them.
-	again := false
-	for len(left) > 0 {
-		pick := func(j int) bool { return !done[j] }
-		rest := make([]bool, len(left))
-		for attempt := 0; ; attempt++ {
-			err = b.settle(ctx, b.settleJoinSQL, g, now, subset(parts, at, pick), subset(seqs, at, pick),
-				subset(leaseIDs, at, pick), subset(eventIDs, at, pick), subset(kinds, at, pick),
-				subset(reasons, at, pick), subset(avail, at, pick), subset(toks, at, pick), stream, rest)
-			if err != nil && attempt < 5 && retryable(err) {
-				continue
-			}
-			break
-		}
+	// under it (a renewal committed meanwhile) and stale ones. Each pass
+	// settles what the one before left, until one settles nothing more: a
+	// span's members settled in one update are all left to the next pass
+	// when a concurrent settle took one of them, and a member may have
+	// moved to a row (its span expired) after a pass's snapshot, which one
+	// more pass sees.
+	for again := false; left(false); {
+		progress, err := pass(b.settleJoinSQL)
 		if err != nil {
-			return nil, classify(err, true, "postgres: settle in group %q of stream %q", group, stream)
-		}
-		progress := false
-		for x, j := range left {
-			done[j] = rest[x]
-			progress = progress || rest[x]
+			return fail(err)
 		}
 		if !progress {
-			// A span's member may have moved to a row (its span expired)
-			// after this statement's snapshot: one more pass sees the row.
-			if again || !slices.ContainsFunc(left, func(j int) bool { return toks[j] != "" }) {
+			if again || !left(true) {
 				break
 			}
 			again = true
 		}
-		left = slices.DeleteFunc(left, func(j int) bool { return done[j] })
 	}
 	for j, i := range at {
 		if !done[j] {
@@ -902,7 +885,7 @@ SELECT EXISTS (
 // or the reverse), as a backend with native receipts reports it, else
 // ErrStaleLease.
 func (b *Backend) staleOrMismatch(ctx context.Context, g groupRef, l rheo.Lease) error {
-	other, tok := l.ID+spanReceipt, sqlstore.SpanToken(l.ID, l.Event.Sequence)
+	other, tok := l.ID+sqlstore.SpanReceipt, sqlstore.SpanToken(l.ID, l.Event.Sequence)
 	if l.Receipt != l.ID {
 		other, tok = l.ID, ""
 	}
@@ -1004,13 +987,15 @@ func (b *Backend) prepareTexts() {
 	b.fetchSkip = b.sqlf(due(memberIDs(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1))))
 	b.fetchWait = b.sqlf(due(memberIDs(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))))
 	b.renewSQL = b.sqlf(renewSQL)
-	settle := func(q, r string) string {
-		return b.sqlf(due(strings.NewReplacer("{SETTLED}", strings.ReplaceAll(settledSet, "{R}", r), "{SPANS}", settleSpans).Replace(q)))
+	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt").Replace(settleSpans)
+	settle := func(q, r, spans string) string {
+		set := strings.NewReplacer("{R}", r, "{A}", "d.attempt").Replace(settledSet)
+		return b.sqlf(due(strings.NewReplacer("{SETTLED}", set, "{SPANS}", spans).Replace(q)))
 	}
-	b.settleSQL = settle(settleSQL, "k")
-	b.settleRowsSQL = b.sqlf(due(strings.NewReplacer("{SETTLED}", strings.ReplaceAll(settledSet, "{R}", "k"), "{SPANS}", noSpans).Replace(settleSQL)))
-	b.settleJoinSQL = settle(settleJoinSQL, "r")
-	b.explodeSQL = b.sqlf(memberIDs(explodeSQL))
+	b.settleSQL = settle(settleSQL, "k", spans)
+	b.settleRowsSQL = settle(settleSQL, "k", noSpans)
+	b.settleJoinSQL = settle(settleJoinSQL, "r", spans)
+	b.explodeSQL = dialect{q: b.q}.ExplodeSpans()
 	b.ackSpansSQL = b.sqlf(ackSpansSQL)
 	b.otherReceiptSQL = b.sqlf(otherReceiptSQL)
 	b.renewSpanSQL = b.sqlf(renewSpanSQL)

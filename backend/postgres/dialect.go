@@ -46,6 +46,11 @@ func (dialect) LockRows() string { return " FOR UPDATE" }
 // TextOrder sorts bytewise, like Go, whatever the database's locale.
 func (dialect) TextOrder() string { return ` COLLATE "C"` }
 
+// ExplodeSpans is the statement a fetch runs before its claim.
+func (d dialect) ExplodeSpans() string {
+	return strings.ReplaceAll(memberIDs(explodeSQL), "{S}", d.q)
+}
+
 func (dialect) MigrationLock() string {
 	return "SELECT pg_advisory_xact_lock(" + migrationLockKey32 + ", 0)"
 }

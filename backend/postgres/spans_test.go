@@ -54,12 +54,8 @@ func TestSpanLeaseIDsAgree(t *testing.T) {
 // stale, or for a renewal both succeed before it is settled), and the
 // group ends as the winners left it.
 func TestSpanMembersSettledConcurrently(t *testing.T) {
-	be := newBackend(t)
-	c := rheo.New(be)
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 3}))
-	fill(t, c, "s", 300)
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 5}))
+	c := spanStream(t, 3, 300, 5)
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 300})
 	require.NoError(t, err)
 	require.Len(t, ls, 300)
@@ -144,10 +140,7 @@ func leaseOf(ls []rheo.Lease, l rheo.Lease) rheo.Lease {
 // one; the genuine leases then settle.
 func TestSpanReceiptKindsDoNotCross(t *testing.T) {
 	ctx := context.Background()
-	c := rheo.New(newBackend(t))
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
-	fill(t, c, "s", 3)
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 3}))
+	c := spanStream(t, 1, 3, 3)
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 3})
 	require.NoError(t, err)
 	require.Len(t, ls, 3)
@@ -188,10 +181,7 @@ func TestSpanReceiptKindsDoNotCross(t *testing.T) {
 // request (the forged one is stale), as on the memory backend.
 func TestSettleBatchWithForgedEventIDKeepsTheGenuineRequest(t *testing.T) {
 	ctx := context.Background()
-	c := rheo.New(newBackend(t))
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
-	fill(t, c, "s", 2)
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	c := spanStream(t, 1, 2, 0)
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1})
 	require.NoError(t, err)
 	forged := ls[0]
@@ -204,4 +194,16 @@ func TestSettleBatchWithForgedEventIDKeepsTheGenuineRequest(t *testing.T) {
 	st, err := c.GroupInfo(ctx, "s", "g")
 	require.NoError(t, err)
 	require.Zero(t, st.Inflight)
+}
+
+// spanStream returns a client of a fresh backend with stream "s" of the
+// given partitions holding events events, and group "g" on it.
+func spanStream(t *testing.T, partitions, events, maxAttempts int) *rheo.Client {
+	t.Helper()
+	ctx := context.Background()
+	c := rheo.New(newBackend(t))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: partitions}))
+	fill(t, c, "s", events)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: maxAttempts}))
+	return c
 }

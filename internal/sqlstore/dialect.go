@@ -29,6 +29,13 @@ type Dialect interface {
 	// sort bytewise, like Go's strings.Compare ("" on SQLite, whose default
 	// collation is bytewise; ` COLLATE "C"` on PostgreSQL).
 	TextOrder() string
+	// ExplodeSpans is the statement that turns the spans of a group in some
+	// partitions into the delivery rows they stand for and deletes them
+	// (arguments: group id, stream id, the partitions as an integer array,
+	// and a time in microseconds: the spans whose lease expired by then,
+	// and those whose members are all settled), or "" for a store that
+	// writes no spans (see spans.go).
+	ExplodeSpans() string
 	// MigrationLock is a statement run first in the migration transaction
 	// so that concurrent Migrate calls serialise ("" when the write
 	// transaction already does).

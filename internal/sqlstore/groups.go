@@ -111,6 +111,19 @@ const LagSQL = "SELECT g.part, g.offered, p.hwm, " +
 	"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part " +
 	"WHERE g.grp_id = ? ORDER BY g.part"
 
+// frontier is the committed frontier of a partition: the sequence before
+// the lowest pending one, of a delivery row or of a span's member, or the
+// cursor when none is pending.
+func frontier(offered int64, pending, spanned sql.NullInt64) int64 {
+	if spanned.Valid && (!pending.Valid || spanned.Int64 < pending.Int64) {
+		pending = spanned
+	}
+	if pending.Valid {
+		return pending.Int64 - 1
+	}
+	return offered
+}
+
 // Lag implements rheo.Backend.
 func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
 	x := s.reader()
@@ -131,13 +144,7 @@ func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.Partition
 		if err := rows.Scan(&pl.Partition, &offered, &pl.HighWatermark, &pending, &spanned); err != nil {
 			return nil, s.classify(err, "lag of group %q", group)
 		}
-		pl.Frontier = offered
-		if spanned.Valid && (!pending.Valid || spanned.Int64 < pending.Int64) {
-			pending = spanned
-		}
-		if pending.Valid {
-			pl.Frontier = pending.Int64 - 1
-		}
+		pl.Frontier = frontier(offered, pending, spanned)
 		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
 		out = append(out, pl)
 	}

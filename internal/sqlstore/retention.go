@@ -279,14 +279,7 @@ func (s *Store) Trim(ctx context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 					"(SELECT MIN(low) FROM rheo_spans WHERE grp_id = ? AND part = ? AND pending > 0)", g.id, p, g.id, p).Scan(&pending, &spanned); err != nil {
 					return err
 				}
-				frontier := g.offered
-				if pending.Valid {
-					frontier = pending.Int64 - 1
-				}
-				if spanned.Valid {
-					frontier = min(frontier, spanned.Int64-1)
-				}
-				through = min(through, frontier)
+				through = min(through, frontier(g.offered, pending, spanned))
 			}
 			if through <= trimmed {
 				return nil

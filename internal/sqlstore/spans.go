@@ -2,7 +2,7 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
+	"math"
 	"strconv"
 )
 
@@ -59,72 +59,16 @@ func SpanToken(id string, seq int64) string {
 }
 
 // explodeSpans replaces the spans of group grp in partition p by the
-// delivery rows they stand for (lease ID: the member's receipt), so that what follows in the transaction
-// (a replay, a trim) sees every delivery as a row. The spans are locked
-// first: a settle of one of their members either commits before (and is
-// seen) or finds the span gone and settles the row.
+// delivery rows they stand for, so that what follows in the transaction
+// (a replay, a trim) sees every delivery as a row: the dialect's statement
+// a fetch runs for expired spans, for all of them. A settle of one of their
+// members either commits before (and is seen) or finds the span gone and
+// settles the row.
 func (s *Store) explodeSpans(ctx context.Context, t *writeTx, streamID, grp int64, p int) error {
-	type span struct {
-		lo, hi, leasedAt, expiresAt int64
-		token, done                 string
-		attempt                     int
-		consumer                    sql.NullString
+	q := s.d.ExplodeSpans()
+	if q == "" {
+		return nil
 	}
-	rows, err := t.query(ctx, "SELECT lo, hi, token, attempt, consumer_id, leased_at, expires_at, done FROM rheo_spans "+
-		"WHERE grp_id = ? AND part = ? AND pending > 0 ORDER BY lo"+s.d.LockRows(), grp, p)
-	if err != nil {
-		return err
-	}
-	var spans []span
-	for rows.Next() {
-		var x span
-		if err := rows.Scan(&x.lo, &x.hi, &x.token, &x.attempt, &x.consumer, &x.leasedAt, &x.expiresAt, &x.done); err != nil {
-			rows.Close()
-			return err
-		}
-		spans = append(spans, x)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, x := range spans {
-		evs, err := t.query(ctx, "SELECT seq, id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq >= ? AND seq <= ? ORDER BY seq",
-			streamID, p, x.lo, x.hi)
-		if err != nil {
-			return err
-		}
-		var b Builder
-		n := 0
-		b.S("INSERT INTO rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at) VALUES ")
-		for evs.Next() {
-			var seq int64
-			var id string
-			if err := evs.Scan(&seq, &id); err != nil {
-				evs.Close()
-				return err
-			}
-			if k := seq - x.lo; k >= int64(len(x.done)) || x.done[k] != '0' {
-				continue
-			}
-			if n > 0 {
-				b.S(", ")
-			}
-			n++
-			b.S("(").Arg(grp).S(", ").Arg(p).S(", ").Arg(seq).S(", ").Arg(id).S(", 1, ").Arg(x.attempt).S(", ").
-				Arg(SpanLeaseID(x.token, seq)+SpanReceipt).S(", ").Arg(x.consumer).S(", ").Arg(x.leasedAt).S(", ").
-				Arg(x.expiresAt).S(", ").Arg(x.expiresAt).S(")")
-		}
-		evs.Close()
-		if err := evs.Err(); err != nil {
-			return err
-		}
-		if n > 0 {
-			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
-				return err
-			}
-		}
-	}
-	_, err = t.exec(ctx, "DELETE FROM rheo_spans WHERE grp_id = ? AND part = ?", grp, p)
+	_, err := t.exec(ctx, q, grp, streamID, []int32{int32(p)}, int64(math.MaxInt64))
 	return err
 }
