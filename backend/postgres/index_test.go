@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
 )
 
 // TestQueryFiltersUseIndexes checks the index table of docs/postgres.md:
@@ -36,6 +39,8 @@ func TestQueryFiltersUseIndexes(t *testing.T) {
 			msgs = msgs[:0]
 		}
 	}
+	// The payload and metadata filters use the optional GIN index.
+	require.NoError(t, be.CreatePayloadIndex(ctx))
 	_, err := be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_events")
 	require.NoError(t, err)
 	var sid int64
@@ -97,12 +102,12 @@ func TestMigrateUpgradesIndexes(t *testing.T) {
 	s := be.Schema()
 	// Back to version 1.
 	for _, q := range []string{
-		`DROP INDEX ` + s + `.rheo_events_json`,
+		`DROP INDEX IF EXISTS ` + s + `.rheo_events_json`,
 		`ALTER TABLE ` + s + `.rheo_events ALTER COLUMN payload TYPE jsonb USING payload::jsonb`,
 		`ALTER TABLE ` + s + `.rheo_events ALTER COLUMN id TYPE text COLLATE "default", ALTER COLUMN etype TYPE text COLLATE "default", ALTER COLUMN ekey TYPE text COLLATE "default"`,
 		`CREATE INDEX rheo_events_metadata ON ` + s + `.rheo_events USING gin (metadata jsonb_path_ops)`,
 		`CREATE INDEX rheo_events_payload ON ` + s + `.rheo_events USING gin (payload jsonb_path_ops)`,
-		`DELETE FROM ` + s + `.rheo_schema_postgres WHERE version IN (2, 3)`,
+		`DELETE FROM ` + s + `.rheo_schema_postgres WHERE version IN (2, 3, 5)`,
 	} {
 		_, err := be.Pool().Exec(ctx, q)
 		require.NoError(t, err, q)
@@ -119,7 +124,8 @@ func TestMigrateUpgradesIndexes(t *testing.T) {
 		idx = append(idx, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"rheo_events_id", "rheo_events_json", "rheo_events_key", "rheo_events_pkey", "rheo_events_ts", "rheo_events_type"}, idx)
+	// Version 5 drops the GIN index again (CreatePayloadIndex makes it).
+	require.Equal(t, []string{"rheo_events_id", "rheo_events_key", "rheo_events_pkey", "rheo_events_ts", "rheo_events_type"}, idx)
 	var colls []string
 	rows, err = be.Pool().Query(ctx, `SELECT column_name || ':' || coalesce(collation_name, '') FROM information_schema.columns
 		WHERE table_schema = $1 AND table_name = 'rheo_events' AND column_name IN ('id', 'etype', 'ekey') ORDER BY 1`, s)
@@ -143,4 +149,78 @@ func TestMigrateUpgradesIndexes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
 	require.Equal(t, "b", evs[0].Type)
+}
+
+// eventIndexes lists the indexes of the backend's events table, sorted.
+func eventIndexes(t *testing.T, be interface {
+	Pool() *pgxpool.Pool
+	Schema() string
+}) []string {
+	t.Helper()
+	rows, err := be.Pool().Query(context.Background(),
+		`SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'rheo_events' ORDER BY 1`, be.Schema())
+	require.NoError(t, err)
+	idx, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return idx
+}
+
+// TestPayloadIndexIsOptIn: a migrated schema has no GIN index; payload and
+// metadata filters answer the same without it as with it;
+// CreatePayloadIndex makes it once, and a later Migrate keeps it.
+func TestPayloadIndexIsOptIn(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NotContains(t, eventIndexes(t, be), "rheo_events_json")
+
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 3}))
+	var msgs []rheo.Message
+	for i := range 300 {
+		msgs = append(msgs, rheo.Message{
+			Metadata: map[string]string{"tenant": fmt.Sprint("t", i%7)},
+			Payload:  []byte(fmt.Sprintf(`{"n":%d,"c":{"k":"v%d"},"a":[%d]}`, i, i%5, i%3)),
+		})
+	}
+	_, err := c.AppendBatch(ctx, "s", msgs)
+	require.NoError(t, err)
+	queries := []rheo.Query{
+		{Stream: "s", Metadata: map[string]string{"tenant": "t3"}},
+		{Stream: "s", Payload: map[string]any{"c.k": "v2"}},
+		{Stream: "s", Payload: map[string]any{"n": 17}},
+		{Stream: "s", Payload: map[string]any{"a": 1}}, // an array holding 1 is not 1
+		{Stream: "s", Payload: map[string]any{"c.k": "v4"}, Metadata: map[string]string{"tenant": "t1"}, Limit: 5},
+	}
+	answer := func() [][]int64 {
+		var out [][]int64
+		for _, q := range queries {
+			evs, err := c.Query(ctx, q)
+			require.NoError(t, err)
+			seqs := make([]int64, len(evs))
+			for i, e := range evs {
+				seqs[i] = int64(e.Partition)<<32 | e.Sequence
+			}
+			out = append(out, seqs)
+		}
+		return out
+	}
+	without := answer()
+	require.NotEmpty(t, without[0])
+	require.NotEmpty(t, without[1])
+	require.Len(t, without[2], 1)
+	require.Empty(t, without[3])
+
+	require.NoError(t, be.CreatePayloadIndex(ctx))
+	require.NoError(t, be.CreatePayloadIndex(ctx)) // exists: nothing to do
+	require.Contains(t, eventIndexes(t, be), "rheo_events_json")
+	require.Equal(t, without, answer())
+
+	require.NoError(t, c.Migrate(ctx))
+	require.Contains(t, eventIndexes(t, be), "rheo_events_json", "a later Migrate keeps the index")
+
+	q, err := postgres.PayloadIndexSQL("")
+	require.NoError(t, err)
+	require.Contains(t, q, `"rheo".rheo_events`)
+	_, err = postgres.PayloadIndexSQL("no-such schema")
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
 }

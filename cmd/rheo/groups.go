@@ -16,7 +16,7 @@ import (
 )
 
 func (a *app) migrateCommand() *cobra.Command {
-	var printSQL bool
+	var printSQL, payloadIndex bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the store's schema (idempotent)",
@@ -26,13 +26,21 @@ Embedded stores (memory:, sqlite:) are migrated by every command; shared stores
 
 --print writes the schema SQL instead, without connecting, for applying
 migrations with your own tool (PostgreSQL only: one idempotent script, to run
-in a single transaction; the rheo_schema DSN parameter picks the schema).`,
-		Example: "  rheo migrate --dsn postgres://rheo@db/rheo\n  rheo migrate --print --dsn 'postgres://rheo@db/rheo?rheo_schema=events' > rheo.sql",
+in a single transaction; the rheo_schema DSN parameter picks the schema).
+
+--payload-index (PostgreSQL only) also builds the GIN index that payload and
+metadata filters use, without blocking appends; with --print, its statement
+follows the script, to run outside a transaction. Without the index those
+filters read the stream's events, and appends are faster.`,
+		Example: "  rheo migrate --dsn postgres://rheo@db/rheo\n  rheo migrate --payload-index --dsn postgres://rheo@db/rheo\n  rheo migrate --print --dsn 'postgres://rheo@db/rheo?rheo_schema=events' > rheo.sql",
 		Args:    cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if scheme, _, _ := strings.Cut(a.storeDSN(), ":"); payloadIndex && scheme != "postgres" && scheme != "postgresql" {
+				return fmt.Errorf("migrate --payload-index: the %s: backend has no payload index (only postgres:// has; other stores' payload filters read the stream)", scheme)
+			}
 			if printSQL {
-				return a.printMigration()
+				return a.printMigration(payloadIndex)
 			}
 			c, err := a.open(ctx, a.storeDSN())
 			if err != nil {
@@ -42,6 +50,15 @@ in a single transaction; the rheo_schema DSN parameter picks the schema).`,
 			if err := c.Migrate(ctx); err != nil {
 				return err
 			}
+			if payloadIndex {
+				pb, ok := c.Backend().(*postgres.Backend)
+				if !ok {
+					return fmt.Errorf("migrate --payload-index: the store is not PostgreSQL")
+				}
+				if err := pb.CreatePayloadIndex(ctx); err != nil {
+					return err
+				}
+			}
 			if a.jsonOut {
 				return writeJSON(a.stdout, map[string]any{"migrated": true, "dsn": redact(a.storeDSN())})
 			}
@@ -50,12 +67,13 @@ in a single transaction; the rheo_schema DSN parameter picks the schema).`,
 		}),
 	}
 	cmd.Flags().BoolVar(&printSQL, "print", false, "print the schema SQL (PostgreSQL) instead of migrating")
+	cmd.Flags().BoolVar(&payloadIndex, "payload-index", false, "also build the GIN index of payloads and metadata (PostgreSQL)")
 	return cmd
 }
 
 // printMigration writes the SQL that migrate would run, for the backends
 // that have one.
-func (a *app) printMigration() error {
+func (a *app) printMigration(payloadIndex bool) error {
 	dsn := a.storeDSN()
 	scheme, _, _ := strings.Cut(dsn, ":")
 	switch scheme {
@@ -63,6 +81,13 @@ func (a *app) printMigration() error {
 		sql, err := postgres.MigrationSQLForDSN(dsn)
 		if err != nil {
 			return err
+		}
+		if payloadIndex {
+			idx, err := postgres.PayloadIndexSQLForDSN(dsn)
+			if err != nil {
+				return err
+			}
+			sql += "-- The payload and metadata index; outside a transaction (CREATE INDEX CONCURRENTLY).\n" + idx + ";\n"
 		}
 		if a.jsonOut {
 			return writeJSON(a.stdout, map[string]any{"dsn": redact(dsn), "sql": sql})

@@ -64,6 +64,11 @@ func TestMigratePrintRefusesBackendsWithoutSQL(t *testing.T) {
 		require.Empty(t, out)
 		require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 		require.Contains(t, errOut, "rheo: migrate --print: the "+scheme+": backend has no SQL to print")
+
+		out, errOut, code = rheoRun("--dsn", dsn, "migrate", "--payload-index")
+		require.Equal(t, exitError, code, dsn)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "rheo: migrate --payload-index: the "+scheme+": backend has no payload index")
 	}
 }
 
@@ -91,10 +96,26 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 		sep = "&"
 	}
 	withSchema := dsn + sep + "rheo_schema=" + schema
-	script, errOut, code := rheoRun("--dsn", withSchema, "migrate", "--print")
+	printed, errOut, code := rheoRun("--dsn", withSchema, "migrate", "--print", "--payload-index")
 	require.Equal(t, exitOK, code, errOut)
+	// The index's statement follows the script and runs on its own
+	// (CREATE INDEX CONCURRENTLY cannot run inside a transaction).
+	script, index, ok := strings.Cut(printed, "-- The payload and metadata index")
+	require.True(t, ok, printed)
 	_, err := conn.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
 	require.NoError(t, err)
+	_, index, _ = strings.Cut(index, "\n")
+	_, err = conn.Exec(ctx, strings.TrimSuffix(strings.TrimSpace(index), ";"), pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'rheo_events_json'`, schema).Scan(&n))
+	require.Equal(t, 1, n, "the payload index was built")
+	// migrate --payload-index over it: nothing left to do, the index stays.
+	out, errOut, code := rheoRun("--dsn", withSchema, "migrate", "--payload-index")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "migrated ")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'rheo_events_json'`, schema).Scan(&n))
+	require.Equal(t, 1, n)
 
 	c, err := rheo.Open(ctx, withSchema)
 	require.NoError(t, err)
