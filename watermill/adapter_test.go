@@ -532,3 +532,51 @@ func TestPublishWrapsWhatRheoRefuses(t *testing.T) {
 	assert.Equal(t, `{"ok":1}`, string(evs[0].Payload), "stored as it is")
 	assert.Contains(t, string(evs[3].Payload), `"$bytes"`, "invalid JSON wrapped")
 }
+
+// fetchCounts records the size of every successful fetch of a consumer.
+type fetchCounts struct {
+	mu      sync.Mutex
+	largest int
+}
+
+func (f *fetchCounts) ObserveConsumer(ev rheo.ConsumerEvent) {
+	if ev.Kind == rheo.ConsumerFetched && ev.Err == nil {
+		f.mu.Lock()
+		f.largest = max(f.largest, ev.Count)
+		f.mu.Unlock()
+	}
+}
+
+// With Prefetch left at 0 a subscription sizes its window as rheo's
+// consumer does: for a handler that acks at once it fetches far more than
+// Concurrency (the default before was 10). An explicit Prefetch caps it.
+// SQLite, whose fetches take much longer than the handler here.
+func TestDefaultPrefetchGrowsForQuickHandlers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		prefetch int
+		check    func(t *testing.T, largest int)
+	}{
+		{"default", 0, func(t *testing.T, largest int) {
+			require.Greater(t, largest, 10, "largest fetch with the default Prefetch and Concurrency 1")
+		}},
+		{"explicit", 3, func(t *testing.T, largest int) {
+			require.LessOrEqual(t, largest, 3, "largest fetch with Prefetch 3")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := &fetchCounts{}
+			c := newClient(t, "sqlite", rheo.WithObserver(obs))
+			pub, sub := newPubSub(t, c, rheowatermill.SubscriberConfig{Prefetch: tc.prefetch})
+			const n = 2000
+			publishAll(t, pub, "window", benchMessages(n))
+			ch, err := sub.Subscribe(context.Background(), "window")
+			require.NoError(t, err)
+			for range n {
+				receive(t, ch).Ack()
+			}
+			require.NoError(t, sub.Close())
+			tc.check(t, obs.largest)
+		})
+	}
+}

@@ -68,7 +68,7 @@ func benchMessages(n int) []*message.Message {
 }
 
 // publishAll publishes msgs in batches of 100.
-func publishAll(b *testing.B, pub message.Publisher, topic string, msgs []*message.Message) {
+func publishAll(b testing.TB, pub message.Publisher, topic string, msgs []*message.Message) {
 	for len(msgs) > 0 {
 		n := min(len(msgs), 100)
 		require.NoError(b, pub.Publish(topic, msgs[:n]...))
@@ -106,14 +106,16 @@ func rheoConsume(b *testing.B, c *rheo.Client, topic string, concurrency int) {
 	require.NoError(b, err)
 	publishAll(b, pub, topic, benchMessages(b.N))
 	analyze(b, c)
-	// Prefetch 100 matches watermill-sql's batch of 100.
-	sub, err := rheowatermill.NewSubscriber(rheowatermill.SubscriberConfig{Client: c, Prefetch: 100, Concurrency: concurrency})
+	// The subscriber's defaults but for Concurrency: its window grows to
+	// 100 leases here (rheo.DefaultMaxInflight), watermill-sql's batch.
+	sub, err := rheowatermill.NewSubscriber(rheowatermill.SubscriberConfig{Client: c, Concurrency: concurrency})
 	require.NoError(b, err)
 	consumeAll(b, sub, topic, b.N)
 }
 
 // rheoRuntime times rheo's own consumer runtime (no Watermill) on the same
-// backlog, with the same prefetch: the adapter's overhead is the difference.
+// backlog, at its defaults as the adapter: the adapter's overhead is the
+// difference.
 func rheoRuntime(b *testing.B, c *rheo.Client, topic string) {
 	pub, err := rheowatermill.NewPublisher(rheowatermill.PublisherConfig{Client: c})
 	require.NoError(b, err)
@@ -123,7 +125,7 @@ func rheoRuntime(b *testing.B, c *rheo.Client, topic string) {
 	require.NoError(b, c.CreateGroup(ctx, topic, "bench", rheo.GroupConfig{}))
 	var n atomic.Int64
 	done := make(chan struct{})
-	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: topic, Group: "bench", MaxInflight: 100,
+	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: topic, Group: "bench",
 		Handler: func(context.Context, rheo.Event) error {
 			if n.Add(1) == int64(b.N) {
 				close(done)

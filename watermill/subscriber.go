@@ -16,7 +16,6 @@ import (
 // Subscriber defaults.
 const (
 	DefaultConsumerGroup = "watermill"
-	DefaultPrefetch      = 10
 	DefaultCloseTimeout  = 5 * time.Second
 )
 
@@ -53,10 +52,15 @@ type SubscriberConfig struct {
 	// before they are acked or nacked (default 1, which keeps the order of
 	// each partition while nothing is retried).
 	Concurrency int
-	// Prefetch is how many leases a subscription holds at once, handed out
-	// or waiting (default max(Concurrency, 10)). Larger values fetch and
-	// settle in bigger batches; note that every claim counts as an attempt,
-	// also for prefetched messages handed back by Close.
+	// Prefetch is the most leases a subscription holds at once, handed out
+	// or waiting; at least Concurrency. By default (0) the subscription
+	// sizes it the way rheo's consumer sizes a window whose MaxInflight is
+	// 0: it starts at Concurrency and, for handlers that are quick next to
+	// a fetch and a settle, grows up to rheo.DefaultMaxInflight(Concurrency)
+	// (100 for Concurrency up to 10), fetching and settling in batches of
+	// about a quarter of it; slow handlers keep it near Concurrency. Note
+	// that every claim counts as an attempt, also for prefetched messages
+	// handed back by Close.
 	Prefetch int
 	// LeaseDuration is the lease of each message (default the client's).
 	// It is renewed every half lease while the message is held, so a
@@ -133,10 +137,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = max(cfg.Concurrency, DefaultPrefetch)
-	}
-	if cfg.Prefetch < cfg.Concurrency {
+	if cfg.Prefetch != 0 && cfg.Prefetch < cfg.Concurrency {
 		return nil, rheo.Errorf(rheo.ErrInvalidArgument,
 			"rheowatermill: SubscriberConfig.Prefetch %d is below Concurrency %d (it bounds the messages handed out too)",
 			cfg.Prefetch, cfg.Concurrency)
