@@ -25,6 +25,11 @@ type Query struct {
 	// Payload matches payload fields by JSON equality; a dotted path
 	// ("customer.country") reaches into nested objects. Values are strings,
 	// numbers, booleans or nil (JSON null).
+	//
+	// Metadata and Payload filters read the events that the other
+	// conditions leave (no store indexes payloads by default); on
+	// PostgreSQL an optional index serves them (postgres.Backend's
+	// CreatePayloadIndex).
 	Payload map[string]any
 	// From and To bound the timestamp, both inclusive.
 	From, To time.Time
