@@ -86,9 +86,10 @@ func TestQueryFiltersUseIndexes(t *testing.T) {
 	}
 }
 
-// TestMigrateUpgradesIndexes runs migration 2 over a schema left as
-// migration 1 made it, with events in it: the two JSON indexes become one,
-// the text columns compare bytewise, and the events are still found.
+// TestMigrateUpgradesIndexes runs migrations 2 on over a schema left as
+// migration 1 made it, with events in it: the two JSON indexes go (the GIN
+// index is optional from version 5), the text columns compare bytewise, and
+// the events are still found.
 func TestMigrateUpgradesIndexes(t *testing.T) {
 	be := newBackend(t)
 	c := rheo.New(be)
@@ -223,4 +224,74 @@ func TestPayloadIndexIsOptIn(t *testing.T) {
 	require.Contains(t, q, `"rheo".rheo_events`)
 	_, err = postgres.PayloadIndexSQL("no-such schema")
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+}
+
+// TestCreatePayloadIndexRepairsAndTakesTurns: an index left invalid (as a
+// cancelled or failed build leaves it; here marked so in the catalog) is
+// dropped and built again, and calls from several clients at once, beside
+// appends, all succeed (two concurrent builds on one table would deadlock).
+func TestCreatePayloadIndexRepairsAndTakesTurns(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 2}))
+	var msgs []rheo.Message
+	for i := range 2000 {
+		msgs = append(msgs, rheo.Message{Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	_, err := c.AppendBatch(ctx, "s", msgs)
+	require.NoError(t, err)
+	valid := func() bool {
+		var v bool
+		require.NoError(t, be.Pool().QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`,
+			be.Schema()+".rheo_events_json").Scan(&v))
+		return v
+	}
+
+	require.NoError(t, be.CreatePayloadIndex(ctx))
+	require.True(t, valid())
+	_, err = be.Pool().Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass($1)`, be.Schema()+".rheo_events_json")
+	require.NoError(t, err)
+	require.False(t, valid())
+	require.NoError(t, be.CreatePayloadIndex(ctx))
+	require.True(t, valid(), "an invalid index is built again")
+
+	_, err = be.Pool().Exec(ctx, "DROP INDEX "+be.Schema()+".rheo_events_json")
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	appended := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				appended <- nil
+				return
+			default:
+			}
+			if _, err := c.Append(ctx, "s", rheo.Message{Payload: []byte(`{"n":-1}`)}); err != nil {
+				appended <- err
+				return
+			}
+		}
+	}()
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			other, err := postgres.New(be.Pool(), postgres.WithSchema(be.Schema()))
+			if err != nil {
+				errs <- err
+				return
+			}
+			errs <- other.CreatePayloadIndex(ctx)
+		}()
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+	close(stop)
+	require.NoError(t, <-appended)
+	require.True(t, valid())
+	evs, err := c.Query(ctx, rheo.Query{Stream: "s", Payload: map[string]any{"n": 1999}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
 }

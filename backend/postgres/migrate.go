@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,9 +38,10 @@ var pgMigrations = []struct {
 	{2, []string{
 		// Appends to a partition serialize on its counter row, and index
 		// maintenance is most of what an append does while it holds the
-		// row. One GIN index over both JSON columns takes a row's entries
-		// in one insert (one pending-list append) instead of two; payload
-		// and metadata containment each use their own column of it.
+		// row. This version replaced the two JSON indexes by one GIN index
+		// over both columns; since version 5 that index is optional
+		// (CreatePayloadIndex), so an upgrade no longer builds it here only
+		// for version 5 to drop it.
 		`DROP INDEX IF EXISTS rheo_events_payload`,
 		`DROP INDEX IF EXISTS rheo_events_metadata`,
 		// IDs, types and keys compare bytewise in their indexes, whatever
@@ -47,16 +49,16 @@ var pgMigrations = []struct {
 		// for equality, and the order queries already sort by (COLLATE "C").
 		// No table rewrite; the indexes on these columns are rebuilt.
 		`ALTER TABLE rheo_events ALTER COLUMN id TYPE text COLLATE "C", ALTER COLUMN etype TYPE text COLLATE "C", ALTER COLUMN ekey TYPE text COLLATE "C"`,
-		`CREATE INDEX IF NOT EXISTS rheo_events_json ON rheo_events USING gin (payload jsonb_path_ops, metadata jsonb_path_ops)`,
 	}},
 	{3, []string{
 		// Payloads come back byte-identical to what Append returned, as on
 		// every other store: the column keeps the appended text, and the
-		// GIN index (and payload filters) use its jsonb cast. Rows written
-		// before this version keep jsonb's rendering of their payload.
+		// optional GIN index (and payload filters) use its jsonb cast. Rows
+		// written before this version keep jsonb's rendering of their
+		// payload. (This version rebuilt the GIN index on the cast; see
+		// version 2.)
 		`DROP INDEX IF EXISTS rheo_events_json`,
 		`ALTER TABLE rheo_events ALTER COLUMN payload TYPE text USING payload::text`,
-		`CREATE INDEX IF NOT EXISTS rheo_events_json ON rheo_events USING gin ((payload::jsonb) jsonb_path_ops, metadata jsonb_path_ops)`,
 	}},
 	{4, []string{
 		// A span fences each member on its event ID as a delivery row
@@ -92,23 +94,90 @@ func PayloadIndexSQL(schema string) (string, error) {
 	return strings.ReplaceAll(payloadIndexSQL, "{S}", pgx.Identifier{schema}.Sanitize()+"."), nil
 }
 
+// payloadIndexLock is the session advisory lock (with the schema's hash)
+// that serializes CreatePayloadIndex calls of one schema: two concurrent
+// builds of an index on one table deadlock in PostgreSQL. It is not
+// Migrate's lock, whose waiters a build holding it would wait for.
+const payloadIndexLock = "1919444336"
+
 // CreatePayloadIndex builds the GIN index that serves Query.Payload and
 // Query.Metadata filters (containment on the payload's jsonb form and on
 // the metadata), unless it exists. Without it those filters read every
 // event of the stream that the query's other filters leave; with it each
-// append also writes the index entries of its payload and metadata (on
-// small JSON payloads about a third more time per append). Run it once per
-// schema, after Migrate; it does not block appends while it builds, and
-// later migrations leave it in place. Drop it with DROP INDEX
-// rheo_events_json in the backend's schema.
+// append also writes the index entries of its payload and metadata (with
+// small JSON payloads, appends ran at about 0.7–0.8 of their rate without
+// it; docs/performance.md). Run it once per schema, after Migrate; it does
+// not block appends while it builds, and later migrations leave it in
+// place. Drop it with DROP INDEX CONCURRENTLY rheo_events_json in the
+// backend's schema.
 //
-// A build that fails (or is cancelled) can leave an invalid index of that
-// name, which this call then takes for the index: drop it and call again.
+// Calls for one schema from several processes take turns (the others wait
+// for the first build, then find the index). A build that failed or was
+// cancelled leaves an invalid index behind, which the planner never uses:
+// the next call drops it and builds it again.
 func (b *Backend) CreatePayloadIndex(ctx context.Context) error {
-	if _, err := b.pool.Exec(ctx, b.sqlf(payloadIndexSQL), pgx.QueryExecModeSimpleProtocol); err != nil {
+	err := b.createPayloadIndex(ctx)
+	if err != nil {
 		return classify(err, false, "postgres: create the payload index in schema %q", b.schema)
 	}
 	return nil
+}
+
+func (b *Backend) createPayloadIndex(ctx context.Context) error {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	lockArgs := []any{pgx.QueryExecModeSimpleProtocol, b.schema}
+	// Tried, not waited for: a session waiting for the lock would be a
+	// transaction whose snapshot the holder's CREATE INDEX CONCURRENTLY
+	// waits to end, a deadlock.
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		var locked bool
+		err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock("+payloadIndexLock+", hashtext($1))", lockArgs...).Scan(&locked)
+		if err != nil {
+			return err
+		}
+		if locked {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(wait):
+		}
+	}
+	defer func() {
+		// Unlocked with a context of its own: ctx may be what ended the
+		// build. A connection that cannot unlock is closed, which unlocks.
+		uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock("+payloadIndexLock+", hashtext($1))", lockArgs...); err != nil {
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		if _, err := conn.Exec(ctx, b.sqlf(payloadIndexSQL), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return err
+		}
+		var valid bool
+		err := conn.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i
+			WHERE i.indexrelid = to_regclass($1)`, pgx.QueryExecModeSimpleProtocol, b.q+"rheo_events_json").Scan(&valid)
+		if err != nil {
+			return err
+		}
+		if valid {
+			return nil
+		}
+		if attempt > 0 {
+			return rheo.Errorf(rheo.ErrBackendUnavailable, "the index rheo_events_json was built but is not valid")
+		}
+		// Left by a build that did not finish: drop it, build it again.
+		if _, err := conn.Exec(ctx, b.sqlf("DROP INDEX CONCURRENTLY IF EXISTS {S}rheo_events_json"), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return err
+		}
+	}
 }
 
 // script is the whole migration as statements, in order, for schema. It is
