@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -137,13 +138,23 @@ func (s *Store) Release() {
 }
 
 // dropWriter forgets the pinned connection (after Release or an error that
-// may have broken it). The caller holds wmu.
-func (s *Store) dropWriter() {
+// may have broken it), giving it back to the pool. The caller holds wmu.
+func (s *Store) dropWriter() { s.releaseWriter(false) }
+
+// discardWriter forgets the pinned connection and makes the pool close it
+// instead of taking it back, for a connection that may still be inside a
+// transaction (closing it rolls that back). The caller holds wmu.
+func (s *Store) discardWriter() { s.releaseWriter(true) }
+
+func (s *Store) releaseWriter(discard bool) {
 	for _, st := range s.wstmts {
 		st.Close()
 	}
 	s.wstmts = map[string]*sql.Stmt{}
 	if s.wconn != nil {
+		if discard {
+			_ = s.wconn.Raw(func(any) error { return driver.ErrBadConn })
+		}
 		s.wconn.Close()
 		s.wconn = nil
 	}
@@ -295,15 +306,19 @@ func (s *Store) writeOnce(ctx context.Context, what string, fn func(t *writeTx) 
 		}
 		c := s.wconn
 		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-			// The connection may be broken; a fresh one is taken next time.
-			s.dropWriter()
+			// A context that ends while the driver runs BEGIN can make it
+			// report the end after SQLite began the transaction; back in
+			// the pool, the connection would fail every later BEGIN. It is
+			// closed instead (which rolls back whatever began), and a
+			// fresh one is taken next time.
+			s.discardWriter()
 			return false, s.classify(err, "%s: begin", what)
 		}
 		t.conn = c
 		commit = func() error { _, err := c.ExecContext(context.Background(), "COMMIT"); return err }
 		rollback = func() error {
 			if _, err := c.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-				s.dropWriter()
+				s.discardWriter() // it may still be inside the transaction
 				return err
 			}
 			return nil
