@@ -60,7 +60,15 @@ filters read the stream's events, and appends are faster.`,
 				}
 			}
 			if a.jsonOut {
-				return writeJSON(a.stdout, map[string]any{"migrated": true, "dsn": redact(a.storeDSN())})
+				out := map[string]any{"migrated": true, "dsn": redact(a.storeDSN())}
+				if payloadIndex {
+					out["payload_index"] = true
+				}
+				return writeJSON(a.stdout, out)
+			}
+			if payloadIndex {
+				fmt.Fprintf(a.stdout, "migrated %s; the payload index is built\n", redact(a.storeDSN()))
+				return nil
 			}
 			fmt.Fprintf(a.stdout, "migrated %s\n", redact(a.storeDSN()))
 			return nil

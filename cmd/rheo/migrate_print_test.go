@@ -113,7 +113,15 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 	// migrate --payload-index over it: nothing left to do, the index stays.
 	out, errOut, code := rheoRun("--dsn", withSchema, "migrate", "--payload-index")
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "migrated ")
+	require.Contains(t, out, "; the payload index is built")
+	out, errOut, code = rheoRun("--json", "--dsn", withSchema, "migrate", "--payload-index")
+	require.Equal(t, exitOK, code, errOut)
+	var res struct {
+		Migrated     bool `json:"migrated"`
+		PayloadIndex bool `json:"payload_index"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.True(t, res.Migrated && res.PayloadIndex, out)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'rheo_events_json'`, schema).Scan(&n))
 	require.Equal(t, 1, n)
 
