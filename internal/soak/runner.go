@@ -165,7 +165,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		r.c = rheo.New(be)
 	case "postgres":
 		srv := testserver.StartPostgres(t)
-		dsn, r.cut, r.restart = srv.DSN(), []byte("commit"), srv.CrashRestart
+		dsn, r.cut, r.restart = srv.DSN(), []byte("COMMIT"), srv.CrashRestart
 		r.c = r.open(dsn)
 	case "redis":
 		srv := testserver.StartRedis(t)
@@ -527,9 +527,10 @@ func (r *runner) sample(ctx context.Context) ([]Sample, int64, error) {
 	return out, maxLag, nil
 }
 
-// chaos injects a fault every 1.5–4s until ctx ends: mostly SIGKILLs, and
-// on networked stores latency, partitions longer than the lease, and
-// connection resets after a request reached the server.
+// chaos injects a fault every 1.5–4s until ctx ends: SIGKILLs, and on
+// networked stores latency, partitions longer than the lease, connection
+// resets after a request reached the server and server crashes (one of
+// each early in the run).
 func (r *runner) chaos(ctx context.Context) {
 	var kinds []string // the faults besides kills, in turn
 	var proxied []*slot
@@ -564,8 +565,15 @@ func (r *runner) chaos(ctx context.Context) {
 			r.t.Errorf("soak %s: worker %s exited on its own (its log: %s)", r.cfg.Store, name, r.logTail(name))
 		default:
 		}
-		kind := FaultKill // half the faults are kills, all of them on SQLite
-		if i%2 == 1 && len(kinds) > 0 {
+		// Half the faults are kills (all of them on SQLite), the others
+		// take turns; the first round of the others comes right after
+		// the first kill, so that a short soak sees every kind.
+		kind := FaultKill
+		switch {
+		case len(kinds) == 0:
+		case i >= 1 && i <= len(kinds):
+			kind = kinds[i-1]
+		case i%2 == 1:
 			kind = kinds[(i/2)%len(kinds)]
 		}
 		switch kind {
