@@ -85,11 +85,9 @@ const payloadIndexSQL = `CREATE INDEX CONCURRENTLY IF NOT EXISTS rheo_events_jso
 // tool. It builds the index without blocking appends (CREATE INDEX
 // CONCURRENTLY), so it must run outside a transaction.
 func PayloadIndexSQL(schema string) (string, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if !schemaRE.MatchString(schema) {
-		return "", rheo.Errorf(rheo.ErrInvalidArgument, "postgres: schema %q is not a plain identifier", schema)
+	schema, err := scriptSchema(schema)
+	if err != nil {
+		return "", err
 	}
 	return strings.ReplaceAll(payloadIndexSQL, "{S}", pgx.Identifier{schema}.Sanitize()+"."), nil
 }
@@ -218,11 +216,9 @@ func script(schema string) ([]string, error) {
 // apply migrations with their own tool. It is idempotent and takes the same
 // advisory lock as Migrate, so the two can be mixed.
 func MigrationSQL(schema string) (string, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if !schemaRE.MatchString(schema) {
-		return "", rheo.Errorf(rheo.ErrInvalidArgument, "postgres: schema %q is not a plain identifier", schema)
+	schema, err := scriptSchema(schema)
+	if err != nil {
+		return "", err
 	}
 	stmts, err := script(schema)
 	if err != nil {
@@ -241,22 +237,31 @@ func MigrationSQL(schema string) (string, error) {
 // MigrationSQLForDSN is MigrationSQL for the schema a postgres:// or
 // postgresql:// DSN names (its rheo_schema parameter, DefaultSchema when
 // absent). It does not connect.
-func MigrationSQLForDSN(dsn string) (string, error) {
-	_, schema, err := splitSchema(dsn)
-	if err != nil {
-		return "", err
-	}
-	return MigrationSQL(schema)
-}
+func MigrationSQLForDSN(dsn string) (string, error) { return forDSN(dsn, MigrationSQL) }
 
 // PayloadIndexSQLForDSN is PayloadIndexSQL for the schema a postgres:// or
 // postgresql:// DSN names. It does not connect.
-func PayloadIndexSQLForDSN(dsn string) (string, error) {
+func PayloadIndexSQLForDSN(dsn string) (string, error) { return forDSN(dsn, PayloadIndexSQL) }
+
+// forDSN runs a script builder for the schema dsn names.
+func forDSN(dsn string, build func(schema string) (string, error)) (string, error) {
 	_, schema, err := splitSchema(dsn)
 	if err != nil {
 		return "", err
 	}
-	return PayloadIndexSQL(schema)
+	return build(schema)
+}
+
+// scriptSchema is the schema a printed script is for: DefaultSchema when
+// empty, and a plain identifier.
+func scriptSchema(schema string) (string, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if !schemaRE.MatchString(schema) {
+		return "", rheo.Errorf(rheo.ErrInvalidArgument, "postgres: schema %q is not a plain identifier", schema)
+	}
+	return schema, nil
 }
 
 // Migrate implements rheo.Backend: it creates the schema and applies the

@@ -59,18 +59,14 @@ filters read the stream's events, and appends are faster.`,
 					return err
 				}
 			}
+			out, line := map[string]any{"migrated": true, "dsn": redact(a.storeDSN())}, "migrated "+redact(a.storeDSN())
+			if payloadIndex {
+				out["payload_index"], line = true, line+"; the payload index is built"
+			}
 			if a.jsonOut {
-				out := map[string]any{"migrated": true, "dsn": redact(a.storeDSN())}
-				if payloadIndex {
-					out["payload_index"] = true
-				}
 				return writeJSON(a.stdout, out)
 			}
-			if payloadIndex {
-				fmt.Fprintf(a.stdout, "migrated %s; the payload index is built\n", redact(a.storeDSN()))
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "migrated %s\n", redact(a.storeDSN()))
+			fmt.Fprintln(a.stdout, line)
 			return nil
 		}),
 	}
