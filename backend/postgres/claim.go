@@ -34,9 +34,11 @@ const poisonReason = "max_attempts: lease expired"
 // requested partitions that have events past the cursor (wk: the others
 // have nothing for the cursor to advance over, and a fetch from many
 // partitions of which few have new events locks, and then works through,
-// only those few; {GPLOCK} is SKIP LOCKED on a first try, so that a
-// fetcher does not queue behind another one that is materializing the same
-// partitions, and empty on the retry), dead-letters every expired lease at
+// only those few; gpt locks them with SKIP LOCKED, so that a fetcher does
+// not queue behind another one that is materializing the same partitions;
+// only when it locked none and has no other delivery to claim does gpw
+// wait for them, in the same statement, and then read each cursor as its
+// holder left it), dead-letters every expired lease at
 // the attempt limit in those partitions (R6; poison never takes a claim's
 // place), takes up to Limit other claimable deliveries per partition with
 // FOR UPDATE SKIP LOCKED (two fetchers never claim one row), adds events
@@ -89,10 +91,10 @@ wk AS (
 	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
 	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
 ),
-gp AS (
+gpt AS (
 	SELECT part, offered FROM {S}rheo_group_parts
 	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
-	ORDER BY part FOR UPDATE {GPLOCK}
+	ORDER BY part FOR UPDATE SKIP LOCKED
 ),
 psel AS (
 	SELECT d.tid FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
@@ -130,6 +132,15 @@ old AS (
 		SELECT u.*, row_number() OVER (PARTITION BY u.part ORDER BY u.seq) AS k
 		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt) u
 	) v WHERE v.k <= $4
+),
+gpw AS (
+	SELECT part, offered FROM {S}rheo_group_parts
+	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
+		AND NOT EXISTS (SELECT 1 FROM gpt) AND NOT EXISTS (SELECT 1 FROM old)
+	ORDER BY part FOR UPDATE
+),
+gp AS (
+	SELECT part, offered FROM gpt UNION ALL SELECT part, offered FROM gpw
 ),
 fresh1 AS (
 	SELECT e.part, e.seq, e.id
@@ -210,7 +221,7 @@ got AS (
 	UNION ALL
 	SELECT p.part, p.seq, 1, ins.token, true FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
 )
-SELECT (SELECT count(*) FROM wk) - (SELECT count(*) FROM gp), got.part, got.seq, got.attempt, got.lease_id, got.span,
+SELECT got.part, got.seq, got.attempt, got.lease_id, got.span,
 	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
 FROM (SELECT 1) one
 LEFT JOIN (got CROSS JOIN LATERAL (
@@ -248,9 +259,10 @@ const (
 		set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 )
 
-// Fetch implements rheo.Backend in one round trip (two when another fetcher
-// held the cursor of a partition with new events and nothing was
-// claimable: the retry waits for it instead of returning empty-handed).
+// Fetch implements rheo.Backend in one round trip. When another fetcher
+// holds the cursors of every partition with new events and nothing else
+// is claimable, the statement waits for them instead of returning
+// empty-handed.
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
 	g, err := b.group(ctx, r.Stream, r.Group)
 	if err != nil {
@@ -271,20 +283,14 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	now := r.Now.UnixMicro()
 	exp := r.Now.Add(r.LeaseDuration).UnixMicro()
 	for attempt := 0; ; attempt++ {
-		q := b.fetchSkip
-		if attempt > 0 {
-			q = b.fetchWait
-		}
-		leases, skipped, err := b.fetch(ctx, q, r, g, parts, ids, first, now, exp)
+		leases, err := b.fetch(ctx, r, g, parts, ids, first, now, exp)
 		if err != nil {
 			if attempt < 5 && retryable(err) {
 				continue
 			}
 			return nil, classify(err, true, "postgres: fetch from group %q of stream %q", r.Group, r.Stream)
 		}
-		if len(leases) > 0 || skipped == 0 || attempt > 0 {
-			return leases, nil
-		}
+		return leases, nil
 	}
 }
 
@@ -292,8 +298,8 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 // partitions ($12 of fetchSQL): limit / k, rounded up.
 func quota(limit, k int) int { return (limit + max(k, 1) - 1) / max(k, 1) }
 
-func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
-	first int32, now, exp int64) ([]rheo.Lease, int, error) {
+func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
+	first int32, now, exp int64) ([]rheo.Lease, error) {
 	// The claim commits without waiting for its WAL flush (one round trip
 	// for the whole transaction). That is safe: a claim lost to a server
 	// crash only means its events are offered again (at-least-once), its
@@ -307,49 +313,46 @@ func (b *Backend) fetch(ctx context.Context, q string, r rheo.FetchRequest, g gr
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
 	batch.Queue(b.explodeSQL, g.id, g.streamID, parts, now)
-	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
+	batch.Queue(b.fetchSQL, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
 		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)))
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
 	for range 3 {
 		if _, err := br.Exec(); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 	}
-	leases, skipped, err := b.scanLeases(br, r, now, exp)
+	leases, err := b.scanLeases(br, r, now, exp)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return leases, skipped, br.Close()
+	return leases, br.Close()
 }
 
-func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp int64) ([]rheo.Lease, int, error) {
+func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp int64) ([]rheo.Lease, error) {
 	rows, err := br.Query()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	defer rows.Close()
 	leases := make([]rheo.Lease, 0, r.Limit)
-	skipped := 0
 	leasedAt := time.UnixMicro(now).UTC()
 	expiresAt := time.UnixMicro(exp).UTC()
 	for rows.Next() {
 		var (
-			n                        int64
 			part, att                *int32
 			seq, ts                  *int64
 			leaseID, id, etype, ekey *string
 			span                     *bool
 			payload, meta            []byte
 		)
-		if err := rows.Scan(&n, &part, &seq, &att, &leaseID, &span, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
-			return nil, 0, err
+		if err := rows.Scan(&part, &seq, &att, &leaseID, &span, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
+			return nil, err
 		}
-		skipped = int(n)
 		if part == nil { // the one row of an empty claim
 			continue
 		}
@@ -359,7 +362,7 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		}
 		if meta != nil {
 			if err := json.Unmarshal(meta, &e.Metadata); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 		}
 		lid, receipt := *leaseID, *leaseID
@@ -373,9 +376,9 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return leases, skipped, nil
+	return leases, nil
 }
 
 // rotate returns which partition a group's next fetch serves first. It
@@ -979,13 +982,12 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSkip, fetchWait, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
+	fetchSQL, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
-	b.fetchSkip = b.sqlf(due(memberIDs(strings.Replace(fetchSQL, "{GPLOCK}", "SKIP LOCKED", 1))))
-	b.fetchWait = b.sqlf(due(memberIDs(strings.Replace(fetchSQL, "{GPLOCK}", "", 1))))
+	b.fetchSQL = b.sqlf(due(memberIDs(fetchSQL)))
 	b.renewSQL = b.sqlf(renewSQL)
 	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt").Replace(settleSpans)
 	settle := func(q, r, spans string) string {

@@ -15,7 +15,8 @@ import (
 // the cursor, and only those: a transaction holding the cursor of an idle
 // partition (a Replay, say) does not hold up a fetch of the others, while
 // one holding the cursor of a partition with new events makes an
-// otherwise empty-handed fetch wait for it and then take them.
+// otherwise empty-handed fetch wait for it and then take them (in the same
+// statement), and a fetch with another delivery to claim take that instead.
 func TestFetchLocksOnlyCursorsWithNewEvents(t *testing.T) {
 	be := newBackend(t)
 	c := rheo.New(be)
@@ -88,4 +89,24 @@ func TestFetchLocksOnlyCursorsWithNewEvents(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Len(t, r.ls, 1)
 	require.Equal(t, 3, r.ls[0].Event.Partition)
+
+	// Partition 3's cursor held again over a new event, and a delivery of
+	// partition 3 available at once (nacked): the fetch takes that delivery
+	// without waiting for the cursor.
+	_, err = c.AppendBatch(ctx, "s", []rheo.Message{{Partition: &three, Payload: []byte(`{"n":3}`)}})
+	require.NoError(t, err)
+	require.NoError(t, c.Nack(ctx, r.ls[0], "again"))
+	release = hold(3)
+	short, stop = context.WithTimeout(ctx, 30*time.Second)
+	ls, err = c.Fetch(short, "s", "g", rheo.FetchOptions{Limit: 10})
+	stop()
+	require.NoError(t, err, "a held cursor made a fetch with a delivery to claim wait")
+	require.Len(t, ls, 1)
+	require.Equal(t, r.ls[0].Event.ID, ls[0].Event.ID)
+	require.Equal(t, 2, ls[0].Attempt)
+	release()
+	ls, err = c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ls, 1, "the event behind the held cursor")
+	require.JSONEq(t, `{"n":3}`, string(ls[0].Event.Payload))
 }

@@ -22,7 +22,7 @@ const (
 func (b *Backend) ExplodeSQLForTest() string { return b.explodeSQL }
 
 // FetchSQLForTest exposes the fetch statement to the package's tests.
-func (b *Backend) FetchSQLForTest() string { return b.fetchWait }
+func (b *Backend) FetchSQLForTest() string { return b.fetchSQL }
 
 // QuerySQLForTest compiles q on the stream with id streamID as Query runs it.
 func (b *Backend) QuerySQLForTest(streamID int64, q rheo.QuerySpec) (string, []any) {
