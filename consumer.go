@@ -88,19 +88,11 @@ type Consumer struct {
 
 // DefaultMaxInflight is the most leases a consumer with the given
 // Concurrency holds when its MaxInflight is left at 0: ten per handler, at
-// least 500, at most MaxLimit. The window only grows that far for handlers
-// that are fast next to a fetch and a settle; a handler of a millisecond
-// beside a fetch and a settle of a millisecond each keeps it at about five
-// leases per handler.
+// least 100, at most MaxLimit. The window only grows that far for handlers
+// that are fast next to a fetch and a settle.
 func DefaultMaxInflight(concurrency int) int {
-	return min(max(10*max(concurrency, 1), defaultMinInflight), MaxLimit)
+	return min(max(10*max(concurrency, 1), 100), MaxLimit)
 }
-
-// defaultMinInflight is the least ceiling of a default window: what a
-// single quick handler needs so that fetches and settles of a few hundred
-// leases each keep it busy (Kafka's max.poll.records is 500 by default,
-// JetStream's MaxAckPending 1,000).
-const defaultMinInflight = 500
 
 // NewConsumer checks cfg and returns a Consumer; start it with Run. An
 // invalid config is ErrInvalidArgument naming the field.

@@ -107,7 +107,7 @@ func rheoConsume(b *testing.B, c *rheo.Client, topic string, concurrency int) {
 	publishAll(b, pub, topic, benchMessages(b.N))
 	analyze(b, c)
 	// The subscriber's defaults but for Concurrency: its window grows to
-	// 500 leases here (rheo.DefaultMaxInflight).
+	// 100 leases here (rheo.DefaultMaxInflight), watermill-sql's batch.
 	sub, err := rheowatermill.NewSubscriber(rheowatermill.SubscriberConfig{Client: c, Concurrency: concurrency})
 	require.NoError(b, err)
 	consumeAll(b, sub, topic, b.N)

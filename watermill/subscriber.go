@@ -57,7 +57,7 @@ type SubscriberConfig struct {
 	// sizes it the way rheo's consumer sizes a window whose MaxInflight is
 	// 0: it starts at Concurrency and, for handlers that are quick next to
 	// a fetch and a settle, grows up to rheo.DefaultMaxInflight(Concurrency)
-	// (500 for Concurrency up to 50), fetching and settling in batches of
+	// (100 for Concurrency up to 10), fetching and settling in batches of
 	// about a quarter of it; slow handlers keep it near Concurrency. Note
 	// that every claim counts as an attempt, also for prefetched messages
 	// handed back by Close.
