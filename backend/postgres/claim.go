@@ -59,7 +59,7 @@ const poisonReason = "max_attempts: lease expired"
 // span (a row of rheo_spans instead of a delivery row each: see
 // migrations/0004_spans.sql in internal/sqlstore; it returns the span's
 // token, from which Go derives each member's lease ID), advances the
-// cursors and returns the leases with their events. explodeSQL, before
+// cursors and returns the leases with their events. explodeFetchSQL, before
 // it in the same transaction, has turned the spans whose lease expired
 // into the delivery rows they stand for, which this statement then claims
 // or dead-letters like any other.
@@ -230,17 +230,41 @@ LEFT JOIN (got CROSS JOIN LATERAL (
 ) e) ON true
 ORDER BY got.part, got.seq`
 
-// explodeSQL runs before the claim, in its transaction: the spans of the
-// requested partitions whose lease expired by the fetcher's clock become
-// the leased delivery rows they stand for (so that the claim re-leases
-// them, or dead-letters those at the attempt limit, as it would rows),
-// and spans whose members are all settled go.
+// explodeSQL turns the spans of the requested partitions whose lease
+// expired by $4, and spans whose members are all settled, into the leased
+// delivery rows they stand for (so that the claim re-leases them, or
+// dead-letters those at the attempt limit, as it would rows) and deletes
+// them. A replay or a trim runs it for every span (internal/sqlstore
+// explodeSpans), waiting for any span another transaction holds.
 const explodeSQL = `
 WITH x AS (
 	DELETE FROM {S}rheo_spans s WHERE s.grp_id = $1 AND s.part = ANY($3::int[]) AND (s.expires_at <= $4 OR s.pending = 0)
 	RETURNING s.*
 )
-INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
+` + explodeRowsSQL
+
+// explodeFetchSQL is explodeSQL as a fetch runs it, before its claim and in
+// its transaction: it skips the spans another transaction holds (another
+// fetcher exploding them, a settle or a renewal of one of their members)
+// instead of waiting for them. Two fetchers exploding overlapping sets of
+// spans deadlocked (PostgreSQL broke the tie after its deadlock_timeout, a
+// second, and the fetch was retried). A skipped span is left as it is: its
+// holder settles or explodes it, or a later fetch does.
+const explodeFetchSQL = `
+WITH k AS (
+	SELECT s.ctid AS tid FROM {S}rheo_spans s
+	WHERE s.grp_id = $1 AND s.part = ANY($3::int[]) AND (s.expires_at <= $4 OR s.pending = 0)
+	FOR UPDATE SKIP LOCKED
+),
+x AS (
+	DELETE FROM {S}rheo_spans s WHERE s.ctid = ANY(ARRAY(SELECT tid FROM k))
+	RETURNING s.*
+)
+` + explodeRowsSQL
+
+// explodeRowsSQL inserts the delivery rows of the spans x deleted: one per
+// member not yet settled, leased under the member's lease ID.
+const explodeRowsSQL = `INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at)
 SELECT x.grp_id, e.part, e.seq, e.id, 1, x.attempt, {MEMBER:x.token:e.seq} || '` + sqlstore.SpanReceipt + `', x.consumer_id, x.leased_at, x.expires_at, x.expires_at
 FROM x CROSS JOIN LATERAL (
 	SELECT e.part, e.seq, e.id FROM {S}rheo_events e
@@ -312,7 +336,7 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
-	batch.Queue(b.explodeSQL, g.id, g.streamID, parts, now)
+	batch.Queue(b.explodeFetch, g.id, g.streamID, parts, now)
 	batch.Queue(b.fetchSQL, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
 		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)))
 	batch.Queue("COMMIT")
@@ -982,7 +1006,7 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSQL, explodeSQL, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
+	fetchSQL, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
@@ -997,7 +1021,7 @@ func (b *Backend) prepareTexts() {
 	b.settleSQL = settle(settleSQL, "k", spans)
 	b.settleRowsSQL = settle(settleSQL, "k", noSpans)
 	b.settleJoinSQL = settle(settleJoinSQL, "r", spans)
-	b.explodeSQL = dialect{q: b.q}.ExplodeSpans()
+	b.explodeFetch = b.sqlf(memberIDs(explodeFetchSQL))
 	b.ackSpansSQL = b.sqlf(ackSpansSQL)
 	b.otherReceiptSQL = b.sqlf(otherReceiptSQL)
 	b.renewSpanSQL = b.sqlf(renewSpanSQL)

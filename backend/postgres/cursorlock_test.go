@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/clock"
+	"github.com/rheo-go/rheo/rheotest"
 )
 
 // A fetch locks the cursor rows of the partitions that have events past
@@ -109,4 +112,64 @@ func TestFetchLocksOnlyCursorsWithNewEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ls, 1, "the event behind the held cursor")
 	require.JSONEq(t, `{"n":3}`, string(ls[0].Event.Payload))
+}
+
+// A fetch turns the expired spans of its partitions into delivery rows
+// before it claims, skipping any span another transaction holds instead of
+// waiting for it: two fetchers exploding overlapping sets of spans used to
+// deadlock (and each deadlock cost a second before PostgreSQL broke it).
+// The held span's members come with a later fetch.
+func TestFetchSkipsHeldExpiredSpans(t *testing.T) {
+	be := newBackend(t)
+	clk := clock.NewFrozen(rheotest.Epoch)
+	c := rheo.New(be, rheo.WithClock(clk))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 2}))
+	var ms []rheo.Message
+	for p := range 2 {
+		for i := range 2 {
+			ms = append(ms, rheo.Message{Partition: &p, Payload: []byte(fmt.Sprintf(`{"p":%d,"i":%d}`, p, i))})
+		}
+	}
+	_, err := c.AppendBatch(ctx, "s", ms)
+	require.NoError(t, err)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	first, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, first, 4)
+	var spans int
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT count(*) FROM "+be.Schema()+".rheo_spans").Scan(&spans))
+	require.Equal(t, 2, spans, "one span per partition")
+	clk.Advance(time.Hour) // every lease has expired
+
+	tx, err := be.Pool().Begin(ctx)
+	require.NoError(t, err)
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+	t.Cleanup(release)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+be.Schema()+".rheo_spans WHERE part = 0 FOR UPDATE")
+	require.NoError(t, err)
+
+	short, stop := context.WithTimeout(ctx, 30*time.Second)
+	ls, err := c.Fetch(short, "s", "g", rheo.FetchOptions{Limit: 10})
+	stop()
+	require.NoError(t, err, "the fetch waited for the held span")
+	require.Len(t, ls, 2, "the expired members of partition 1")
+	for _, l := range ls {
+		require.Equal(t, 1, l.Event.Partition)
+		require.Equal(t, 2, l.Attempt)
+	}
+	release()
+	ls, err = c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ls, 2, "the members of the span that was held")
+	for _, l := range ls {
+		require.Equal(t, 0, l.Event.Partition)
+		require.Equal(t, 2, l.Attempt)
+	}
+	require.NoError(t, c.AckBatch(ctx, ls))
+	for _, l := range first {
+		require.ErrorIs(t, c.Ack(ctx, l), rheo.ErrStaleLease, "a lease of the first fetch")
+	}
 }

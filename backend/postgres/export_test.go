@@ -19,7 +19,7 @@ const (
 )
 
 // ExplodeSQLForTest exposes the statement a fetch runs before the claim.
-func (b *Backend) ExplodeSQLForTest() string { return b.explodeSQL }
+func (b *Backend) ExplodeSQLForTest() string { return b.explodeFetch }
 
 // FetchSQLForTest exposes the fetch statement to the package's tests.
 func (b *Backend) FetchSQLForTest() string { return b.fetchSQL }
