@@ -66,6 +66,8 @@ type ConsumerConfig struct {
 	Backoff func(attempt int) time.Duration
 	// ShutdownTimeout is how long Run lets inflight handlers finish after its
 	// context is cancelled, before cancelling their contexts (default 5s).
+	// Leases still queued then are nacked unrun; their claim counted an
+	// attempt (see docs/operations.md, "Shutting down").
 	ShutdownTimeout time.Duration
 }
 
