@@ -19,6 +19,7 @@ import (
 	"github.com/rheo-go/rheo/backend/postgres"
 	"github.com/rheo-go/rheo/backend/redis"
 	"github.com/rheo-go/rheo/backend/sqlite"
+	"github.com/rheo-go/rheo/internal/teststore"
 )
 
 // unreachable skips loudly, or fails under CI=true, when a server is missing.
@@ -71,9 +72,7 @@ func newBackend(t testing.TB, kind string) rheo.Backend {
 		require.NoError(t, b.Migrate(ctx))
 		t.Cleanup(func() {
 			_ = b.Close()
-			if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-				t.Logf("drop schema %s: %v", schema, err)
-			}
+			teststore.DropSchema(t, pool, schema)
 			pool.Close()
 		})
 		return b

@@ -15,6 +15,7 @@ import (
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/postgres"
 	"github.com/rheo-go/rheo/clock"
+	"github.com/rheo-go/rheo/internal/teststore"
 	"github.com/rheo-go/rheo/rheotest"
 )
 
@@ -34,9 +35,7 @@ func TestMaintenanceBesideBusyFetchers(t *testing.T) {
 	require.NoError(t, b.Migrate(ctx))
 	t.Cleanup(func() {
 		b.Close()
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
+		teststore.DropSchema(t, pool, schema)
 	})
 	clk := clock.NewFrozen(rheotest.Epoch)
 	c := rheo.New(b, rheo.WithClock(clk))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/postgres"
+	"github.com/rheo-go/rheo/internal/teststore"
 	"github.com/rheo-go/rheo/rheotest"
 )
 
@@ -81,10 +82,7 @@ func newBackend(t testing.TB) *postgres.Backend {
 	require.NoError(t, b.Migrate(ctx))
 	t.Cleanup(func() {
 		b.Close()
-		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-		if err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
+		teststore.DropSchema(t, pool, schema)
 	})
 	return b
 }

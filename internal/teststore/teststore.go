@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/rheo-go/rheo"
@@ -131,9 +133,7 @@ func openPostgres(t testing.TB) (rheo.Backend, string) {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
+		DropSchema(t, conn, schema)
 	})
 	return migrated(t, withParam(PostgresDSN(), "rheo_schema", schema))
 }
@@ -172,4 +172,32 @@ func openRedis(t testing.TB) (rheo.Backend, string) {
 		}
 	})
 	return migrated(t, withParam(RedisURL(), "key_prefix", prefix))
+}
+
+// Execer runs a statement: a *pgx.Conn or a *pgxpool.Pool.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// DropSchema drops a test's PostgreSQL schema. A statement of the test
+// still running (a fetch of a goroutine that outlived it, say) can make the
+// DROP lose a deadlock the server breaks; it is tried again, for up to 30
+// seconds, so that the schema is not left behind. A last failure is logged.
+func DropSchema(t testing.TB, db Execer, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		_, err := db.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || (pe.Code != "40P01" && pe.Code != "55P03") || ctx.Err() != nil {
+			if err != nil {
+				t.Logf("drop schema %s: %v", schema, err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 }
