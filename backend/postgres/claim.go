@@ -308,13 +308,12 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	exp := r.Now.Add(r.LeaseDuration).UnixMicro()
 	for attempt := 0; ; attempt++ {
 		leases, err := b.fetch(ctx, r, g, parts, ids, first, now, exp)
-		if err != nil {
-			if attempt < 5 && retryable(err) {
-				continue
-			}
+		if err == nil {
+			return leases, nil
+		}
+		if attempt >= 5 || !retryable(err) {
 			return nil, classify(err, true, "postgres: fetch from group %q of stream %q", r.Group, r.Stream)
 		}
-		return leases, nil
 	}
 }
 
