@@ -241,6 +241,13 @@ const (
 	SettleNack
 	// SettleReject dead-letters it with the reason.
 	SettleReject
+	// SettleRelease hands the delivery back unhandled: it is available
+	// again at once and the claim that leased it is not counted, so the
+	// next lease of it has this lease's Attempt. The delivery's reason is
+	// left as it was (Reason is ignored), and a release never dead-letters,
+	// whatever the attempt. For leases no handler started: a consumer
+	// that stops with leases still queued releases them.
+	SettleRelease
 )
 
 // SettleRequest settles one lease. It succeeds only if the delivery is

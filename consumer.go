@@ -66,8 +66,9 @@ type ConsumerConfig struct {
 	Backoff func(attempt int) time.Duration
 	// ShutdownTimeout is how long Run lets inflight handlers finish after its
 	// context is cancelled, before cancelling their contexts (default 5s).
-	// Leases still queued then are nacked unrun; their claim counted an
-	// attempt (see docs/operations.md, "Shutting down").
+	// Leases still queued then are released unrun (Client.Release): their
+	// claims do not count as attempts (see docs/operations.md, "Shutting
+	// down").
 	ShutdownTimeout time.Duration
 }
 

@@ -35,6 +35,10 @@ const (
 	// how: ErrStaleLease or ErrReceiptMismatch, found by a renewal or a
 	// settle); the consumer dropped it without settling.
 	ConsumerLost
+	// ConsumerReleased: Lease was handed back unhandled (Client.Release),
+	// its attempt not counted: queued when the consumer stopped, or its
+	// handler returned Release.
+	ConsumerReleased
 )
 
 func (k ConsumerEventKind) String() string {
@@ -53,6 +57,8 @@ func (k ConsumerEventKind) String() string {
 		return "renewed"
 	case ConsumerLost:
 		return "lost"
+	case ConsumerReleased:
+		return "released"
 	}
 	return "unknown"
 }
@@ -98,6 +104,8 @@ type Counters struct {
 	Renewals, RenewErrors atomic.Int64
 	// Lost counts leases found to belong to someone else.
 	Lost atomic.Int64
+	// Releases counts leases handed back unhandled.
+	Releases atomic.Int64
 }
 
 // ObserveConsumer counts ev.
@@ -128,6 +136,8 @@ func (c *Counters) ObserveConsumer(ev ConsumerEvent) {
 		c.settled(ev, &c.Retries)
 	case ConsumerRejected:
 		c.settled(ev, &c.DeadLetters)
+	case ConsumerReleased:
+		c.settled(ev, &c.Releases)
 	case ConsumerRenewed:
 		if ev.Err != nil {
 			c.RenewErrors.Add(1)

@@ -325,8 +325,9 @@ func (r *run) work() {
 		case dropped:
 			r.release(j)
 		case hard:
-			// Never started: hand it back at once rather than sit on it.
-			r.settles <- settleReq{j: j, lease: lease, kind: SettleNack, reason: ErrConsumerStopped.Error()}
+			// Never started: hand it back at once rather than sit on it,
+			// without counting the attempt its claim made.
+			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: ErrConsumerStopped.Error()}
 		default:
 			r.handle(j, lease)
 		}
@@ -372,6 +373,8 @@ func (r *run) handle(j *job, lease Lease) {
 	switch {
 	case err == nil:
 		req.kind = SettleAck
+	case IsRelease(err):
+		req.kind, req.reason = SettleRelease, err.Error()
 	case stopped:
 		req.kind, req.reason = SettleNack, ErrConsumerStopped.Error()
 	case isReject(err):

@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -162,6 +163,8 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			ev.Kind = ConsumerAcked
 		case SettleNack:
 			ev.Kind, ev.Delay = ConsumerRetried, b.delay
+		case SettleRelease:
+			ev.Kind = ConsumerReleased
 		default:
 			ev.Kind = ConsumerRejected
 		}
@@ -184,6 +187,13 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			end(b, err)
 			done = append(done, b.j)
 		case Failed:
+			if b.kind == SettleRelease && errors.Is(err, ErrInvalidArgument) {
+				// A backend written before releases existed: hand the
+				// lease back with a nack, which counts its attempt.
+				r.log.WarnContext(hctx, "release refused; nacking", attrs...)
+				next = append(next, settleReq{j: b.j, lease: b.lease, kind: SettleNack, reason: b.reason})
+				continue
+			}
 			if b.kind == SettleAck {
 				r.log.WarnContext(hctx, "ack failed; nacking", attrs...)
 				next = append(next, settleReq{j: b.j, lease: b.lease, kind: SettleNack, reason: "ack failed: " + err.Error()})

@@ -191,8 +191,9 @@ func TestCountersCountEveryStep(t *testing.T) {
 	require.Zero(t, c.Lost.Load()+c.SettleErrors.Load()+c.FetchErrors.Load())
 }
 
-// At the end of the shutdown budget, leases waiting for a handler are handed
-// back at once ("consumer stopped", no delay) along with the cancelled ones.
+// At the end of the shutdown budget, leases waiting for a handler are
+// released at once (their attempts not counted), and the cancelled ones are
+// nacked ("consumer stopped", no delay).
 func TestShutdownHandsBackLeasesNotYetStarted(t *testing.T) {
 	f := newConsumerFixture(t)
 	f.append(t, 3)
@@ -222,8 +223,9 @@ func TestShutdownHandsBackLeasesNotYetStarted(t *testing.T) {
 	ls, err := f.c.Fetch(context.Background(), f.s, f.g, rheo.FetchOptions{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ls, 3, "all three claimable at once")
-	for _, l := range ls {
-		require.Equal(t, 2, l.Attempt)
+	require.Equal(t, 2, ls[0].Attempt, "the started one was nacked: its attempt counted")
+	for _, l := range ls[1:] {
+		require.Equal(t, 1, l.Attempt, "the queued ones were released: not counted")
 	}
 }
 

@@ -11,8 +11,8 @@
 // on a stream: each group tracks its own progress and sees every event, and
 // the workers of one group compete. A lease is a group's claim that one worker
 // may settle one delivery of one event, now; it carries a fencing token
-// (Lease.ID). You settle a lease — Ack, Nack (retry) or Reject (dead-letter)
-// — never an event. The committed frontier of a partition is the highest
+// (Lease.ID). You settle a lease — Ack, Nack (retry), Reject (dead-letter) or
+// Release (hand back unhandled, the attempt not counted) — never an event. The committed frontier of a partition is the highest
 // sequence F such that every sequence through F is acked or dead-lettered; lag
 // is measured from it, never from "highest acked".
 //

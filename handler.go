@@ -12,6 +12,7 @@ import (
 //   - nil acks the delivery;
 //   - Reject(err) dead-letters it for this group, with reason err.Error();
 //   - RetryAfter(d, err) nacks it so that it comes back after d;
+//   - Release(err) hands it back unhandled, its attempt not counted;
 //   - any other error nacks it with the delay of ConsumerConfig.Backoff;
 //   - a panic is recovered, logged with its stack and nacked like an error,
 //     with reason "panic: <value>".
@@ -46,6 +47,25 @@ func RetryAfter(d time.Duration, err error) error {
 	}
 	return &retryError{delay: max(d, 0), err: err}
 }
+
+// Release wraps err so that a Handler returning it hands the lease back
+// unhandled (Client.Release): the delivery is available again at once and
+// this claim does not count as an attempt. Use it only when the handler did
+// nothing with the event, such as a handler that finds its own process
+// shutting down before it starts; since a released event is never
+// dead-lettered, a handler that failed should return the error as it is.
+// The wrapped error stays reachable through errors.Is and errors.As.
+func Release(err error) error {
+	if err == nil {
+		err = errors.New("released")
+	}
+	return &releaseError{err: err}
+}
+
+type releaseError struct{ err error }
+
+func (e *releaseError) Error() string { return e.err.Error() }
+func (e *releaseError) Unwrap() error { return e.err }
 
 type rejectError struct{ err error }
 

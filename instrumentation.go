@@ -69,17 +69,19 @@ const (
 	OpNack
 	// OpReject is Reject.
 	OpReject
-	// OpSettle is a Consumer settling a batch of leases (acks, nacks and
-	// rejects mixed).
+	// OpSettle is a Consumer settling a batch of leases (acks, nacks,
+	// rejects and releases mixed).
 	OpSettle
 	// OpRenew is Renew.
 	OpRenew
 	// OpReplay is Replay.
 	OpReplay
+	// OpRelease is Release.
+	OpRelease
 )
 
 // String returns the operation's name: append, fetch, ack, nack, reject,
-// settle, renew or replay.
+// settle, renew, replay or release.
 func (k OperationKind) String() string {
 	switch k {
 	case OpAppend:
@@ -98,6 +100,8 @@ func (k OperationKind) String() string {
 		return "renew"
 	case OpReplay:
 		return "replay"
+	case OpRelease:
+		return "release"
 	}
 	return "unknown"
 }
@@ -173,6 +177,12 @@ func (c *Client) traceCarrier(ctx context.Context) map[string]string {
 // IsReject reports whether err is, or wraps, an error made by Reject: the
 // handler asked for a dead letter rather than a retry.
 func IsReject(err error) bool { return isReject(err) }
+
+// IsRelease reports whether err is or wraps a Release error.
+func IsRelease(err error) bool {
+	var r *releaseError
+	return errors.As(err, &r)
+}
 
 // RetryDelay reports the delay of the RetryAfter error that err is or wraps.
 func RetryDelay(err error) (time.Duration, bool) {

@@ -33,7 +33,8 @@ type Lease struct {
 	Stream     string
 	Group      string
 	ConsumerID string
-	// Attempt is 1 on the first delivery and grows with every claim.
+	// Attempt is 1 on the first delivery and grows with every claim (but
+	// for claims handed back with Release, which do not count).
 	Attempt   int
 	LeasedAt  time.Time
 	ExpiresAt time.Time
@@ -233,6 +234,16 @@ func (c *Client) Reject(ctx context.Context, l Lease, reason string) error {
 	return c.settleOne(ctx, SettleRequest{Kind: SettleReject, Lease: l, Reason: reason})
 }
 
+// Release hands the delivery back unhandled: available again at once, the
+// claim not counted as an attempt (the next lease of it has l's Attempt),
+// never dead-lettered. Use it for a lease whose event no handler has
+// started on, such as work prefetched by a worker that is shutting down;
+// an event released again and again is never dead-lettered, so a handler
+// that failed should Nack instead. A stale lease is ErrStaleLease.
+func (c *Client) Release(ctx context.Context, l Lease) error {
+	return c.settleOne(ctx, SettleRequest{Kind: SettleRelease, Lease: l})
+}
+
 func (c *Client) settleOne(ctx context.Context, r SettleRequest) (err error) {
 	if err := c.check(); err != nil {
 		return err
@@ -244,6 +255,8 @@ func (c *Client) settleOne(ctx context.Context, r SettleRequest) (err error) {
 			kind = OpNack
 		case SettleReject:
 			kind = OpReject
+		case SettleRelease:
+			kind = OpRelease
 		}
 		var end func(OperationResult)
 		ctx, end = c.opts.ins.StartOperation(ctx, Operation{Kind: kind, Stream: r.Lease.Stream, Group: r.Lease.Group, Count: 1, Lease: r.Lease})

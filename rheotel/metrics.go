@@ -67,7 +67,7 @@ func (m *instruments) init(meter metric.Meter) error {
 		metric.WithDescription("Time from an event's timestamp to its successful ack."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.settles, errs[5] = meter.Int64Counter(MetricSettles, metric.WithUnit("{settle}"),
-		metric.WithDescription("Settles by outcome: acked, nacked, rejected, stale, ambiguous, failed."))
+		metric.WithDescription("Settles by outcome: acked, nacked, rejected, released, stale, ambiguous, failed."))
 	m.lost, errs[6] = meter.Int64Counter(MetricLeasesLost, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases found to belong to someone else, by a renewal or a settle."))
 	m.renewals, errs[7] = meter.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"),
@@ -161,7 +161,7 @@ func withAttrs(kvs ...attribute.KeyValue) measure {
 func newGroupAttrs(stream, group string) *groupAttrs {
 	g := &groupAttrs{stream: stream, group: group, processName: "process " + stream, base: withAttrs(base(stream, group)...),
 		outcomes: map[outcomeKey]measure{}, errOps: map[opErr]measure{}}
-	for _, o := range []string{OutcomeAcked, OutcomeNacked, OutcomeRejected, OutcomeStale, OutcomeAmbiguous, OutcomeFailed} {
+	for _, o := range []string{OutcomeAcked, OutcomeNacked, OutcomeRejected, OutcomeReleased, OutcomeStale, OutcomeAmbiguous, OutcomeFailed} {
 		g.outcomes[outcomeKey{AttrSettleOutcome, o}] = withAttrs(append(base(stream, group), AttrSettleOutcome.String(o))...)
 	}
 	for _, o := range []string{"renewed", OutcomeLost, OutcomeFailed} {

@@ -127,10 +127,11 @@ const (
 	AttrAttempt = attribute.Key("rheo.attempt")
 	// AttrLeaseID is the lease's fencing token.
 	AttrLeaseID = attribute.Key("rheo.lease.id")
-	// AttrSettle is the settle a consumer sent: ack, nack, reject or none.
+	// AttrSettle is the settle a consumer sent: ack, nack, reject, release
+	// or none.
 	AttrSettle = attribute.Key("rheo.settle")
 	// AttrSettleOutcome is how a settle or a lease ended: acked, nacked,
-	// rejected, stale (refused: the lease was no longer current),
+	// rejected, released (handed back unhandled), stale (refused: the lease was no longer current),
 	// ambiguous (may or may not have been applied), failed, or lost (a
 	// renewal found the lease taken while its handler ran).
 	AttrSettleOutcome = attribute.Key("rheo.settle.outcome")
@@ -153,6 +154,7 @@ const (
 	OutcomeAmbiguous = "ambiguous"
 	OutcomeFailed    = "failed"
 	OutcomeLost      = "lost"
+	OutcomeReleased  = "released"
 )
 
 var systemAttr = semconv.MessagingSystemKey.String("rheo")
@@ -165,7 +167,7 @@ func opType(k rheo.OperationKind) string {
 		return "send"
 	case rheo.OpFetch:
 		return "receive"
-	case rheo.OpAck, rheo.OpNack, rheo.OpReject, rheo.OpSettle:
+	case rheo.OpAck, rheo.OpNack, rheo.OpReject, rheo.OpRelease, rheo.OpSettle:
 		return "settle"
 	}
 	return ""
@@ -254,7 +256,7 @@ func (i *Instrumentation) endOperation(span trace.Span, op rheo.Operation, res r
 		if span.IsRecording() {
 			span.SetAttributes(AttrRenewOutcome.String(outcome))
 		}
-	case rheo.OpAck, rheo.OpNack, rheo.OpReject, rheo.OpSettle:
+	case rheo.OpAck, rheo.OpNack, rheo.OpReject, rheo.OpRelease, rheo.OpSettle:
 		i.countSettles(span, op, res)
 	}
 	if res.Err != nil && span.IsRecording() {
@@ -327,6 +329,8 @@ func settleOutcome(kind rheo.SettleKind, err error) string {
 			return OutcomeAcked
 		case rheo.SettleNack:
 			return OutcomeNacked
+		case rheo.SettleRelease:
+			return OutcomeReleased
 		default:
 			return OutcomeRejected
 		}
@@ -441,6 +445,8 @@ func (p *process) End(e rheo.ProcessEnd) {
 		p.span.SetAttributes(AttrRetryDelay.Float64(e.Delay.Seconds()))
 	case rheo.SettleReject:
 		settle = "reject"
+	case rheo.SettleRelease:
+		settle = "release"
 	}
 	var outcome string
 	switch {
@@ -466,11 +472,14 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// handlerErrorType names a handler error for error.type: reject, retry or
-// error.
+// handlerErrorType names a handler error for error.type: reject, release,
+// retry or error.
 func handlerErrorType(err error) string {
 	if rheo.IsReject(err) {
 		return "reject"
+	}
+	if rheo.IsRelease(err) {
+		return "release"
 	}
 	if _, ok := rheo.RetryDelay(err); ok {
 		return "retry"

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,4 +546,42 @@ func TestNoopTracerStillCarriesTheProducerContext(t *testing.T) {
 	}
 	require.Equal(t, s.SpanContext().TraceID(), sc.TraceID())
 	require.True(t, sc.IsRemote(), "the producer's span, taken from the event")
+}
+
+// A handler returning rheo.Release shows on its process span and in the
+// settle counter as released; the next delivery has the same attempt.
+func TestReleaseOnSpan(t *testing.T) {
+	eachStore(t, func(t *testing.T, b rheo.Backend) {
+		clk := clock.NewFrozen(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		tel := newTelemetry(t, clk)
+		c := newClient(t, b, tel, clk)
+		ctx := context.Background()
+		ev, err := c.Append(ctx, "orders", rheo.Message{Type: "later"})
+		require.NoError(t, err)
+		var calls atomic.Int32
+		k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "orders", Group: "billing",
+			Handler: func(ctx context.Context, e rheo.Event) error {
+				if calls.Add(1) == 1 {
+					return rheo.Release(errors.New("not yet"))
+				}
+				return nil
+			}})
+		require.NoError(t, err)
+		runConsumer(t, k)
+		eventually(t, "two process spans", func() bool { return len(tel.ended("process orders")) == 2 })
+		var settles []string
+		for _, s := range tel.ended("process orders") {
+			a := attrs(s.Attributes())
+			require.Equal(t, ev.ID, a["messaging.message.id"])
+			require.Equal(t, int64(1), a["rheo.attempt"], "the released claim is not counted")
+			settles = append(settles, a["rheo.settle"].(string)+"/"+a["rheo.settle.outcome"].(string))
+			if a["rheo.settle"] == "release" {
+				require.Equal(t, "release", a["error.type"])
+			}
+		}
+		require.ElementsMatch(t, []string{"release/released", "ack/acked"}, settles)
+		rm := tel.collect(t)
+		require.Equal(t, 1.0, sum(rm, rheotel.MetricSettles, map[string]any{"rheo.settle.outcome": "released"}))
+		require.Equal(t, 1.0, sum(rm, rheotel.MetricSettles, map[string]any{"rheo.settle.outcome": "acked"}))
+	})
 }

@@ -239,8 +239,10 @@ func (d *diff) randomOp() (changed bool) {
 		d.appendOp()
 	case n < 38:
 		d.fetchOp()
-	case n < 50:
+	case n < 47:
 		d.settleOp(rheo.SettleAck)
+	case n < 50:
+		d.settleOp(rheo.SettleRelease)
 	case n < 57:
 		d.settleOp(rheo.SettleNack)
 	case n < 60:
@@ -517,7 +519,8 @@ func (d *diff) settleOp(kind rheo.SettleKind) {
 	if kind == rheo.SettleNack && d.rng.IntN(2) == 0 {
 		delay = time.Duration(1+d.rng.IntN(90)) * time.Second
 	}
-	name := map[rheo.SettleKind]string{rheo.SettleAck: "ack", rheo.SettleNack: "nack", rheo.SettleReject: "reject"}[kind]
+	name := map[rheo.SettleKind]string{rheo.SettleAck: "ack", rheo.SettleNack: "nack", rheo.SettleReject: "reject",
+		rheo.SettleRelease: "release"}[kind]
 	d.logf("%s %s of %s delay=%v", name, lp.ref.Group, leaseName(lp.ref), delay)
 	_, _, re, se := both(d, func(s side, isSut bool) (struct{}, error) {
 		l := lp.ref
@@ -529,6 +532,8 @@ func (d *diff) settleOp(kind rheo.SettleKind) {
 			return struct{}{}, s.c.Ack(d.ctx, l)
 		case rheo.SettleNack:
 			return struct{}{}, s.c.Nack(d.ctx, l, "nacked", rheo.Delay(delay))
+		case rheo.SettleRelease:
+			return struct{}{}, s.c.Release(d.ctx, l)
 		default:
 			return struct{}{}, s.c.Reject(d.ctx, l, "rejected")
 		}

@@ -291,8 +291,9 @@ func runSettle(t *testing.T, f Factory) {
 			// Whatever the two kinds, the first request settles the
 			// lease and the second is stale: never both, never the
 			// second's effect.
-			A, N, R := rheo.SettleAck, rheo.SettleNack, rheo.SettleReject
-			for _, ks := range [][2]rheo.SettleKind{{A, N}, {N, A}, {A, R}, {R, A}, {N, R}, {R, N}, {N, N}, {R, R}} {
+			A, N, R, L := rheo.SettleAck, rheo.SettleNack, rheo.SettleReject, rheo.SettleRelease
+			for _, ks := range [][2]rheo.SettleKind{{A, N}, {N, A}, {A, R}, {R, A}, {N, R}, {R, N}, {N, N}, {R, R},
+				{L, A}, {A, L}, {L, N}, {N, L}, {L, R}, {R, L}, {L, L}} {
 				e := newEnv(t, f)
 				s := e.stream(1)
 				e.appendN(s, 0, 1)
@@ -311,15 +312,46 @@ func runSettle(t *testing.T, f Factory) {
 				switch ks[0] {
 				case A:
 					require.Equal(t, int64(0), gi.Lag.Total, "kinds %v: acked", ks)
-				case N:
+				case N, L:
 					require.Equal(t, int64(1), gi.Available, "kinds %v: available again", ks)
-					require.Len(t, e.fetchN(s, g, 1), 1, "kinds %v", ks)
+					l := e.fetchN(s, g, 1)[0]
+					require.Equal(t, map[rheo.SettleKind]int{N: 2, L: 1}[ks[0]], l.Attempt, "kinds %v: counted unless released", ks)
 				case R:
 					dls := e.deadLetters(s, g)
 					require.Len(t, dls, 1, "kinds %v: dead-lettered", ks)
 					require.Equal(t, "first", dls[0].Reason, "kinds %v", ks)
 				}
 			}
+		}},
+		{"settle_of_an_unknown_kind_is_refused_and_writes_nothing", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, 2)
+			settle := func(reqs ...rheo.SettleRequest) []error {
+				errs, err := e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
+				require.NoError(t, err)
+				require.Len(t, errs, len(reqs))
+				return errs
+			}
+			forged := ls[0]
+			forged.ID = uuid.NewString()
+			for _, k := range []rheo.SettleKind{0, -1, rheo.SettleRelease + 1} {
+				for _, l := range []rheo.Lease{ls[0], forged} {
+					errs := settle(rheo.SettleRequest{Kind: k, Lease: l, Reason: "x", AvailableAt: e.clk.Now()})
+					require.ErrorIs(t, errs[0], rheo.ErrInvalidArgument, "kind %d, lease %s", k, l.ID)
+				}
+			}
+			require.Equal(t, int64(2), e.info(s, g).Inflight, "nothing written")
+			// Beside requests of known kinds, even for the same lease:
+			// only the unknown one is refused.
+			errs := settle(rheo.SettleRequest{Kind: 99, Lease: ls[0]}, rheo.SettleRequest{Kind: rheo.SettleAck, Lease: ls[0]},
+				rheo.SettleRequest{Kind: rheo.SettleAck, Lease: ls[1]})
+			require.ErrorIs(t, errs[0], rheo.ErrInvalidArgument)
+			require.NoError(t, errs[1])
+			require.NoError(t, errs[2])
+			e.requireLag(s, g, 0, 2, 2)
 		}},
 		{"ack_batch_spans_groups_and_streams", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)

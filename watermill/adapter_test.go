@@ -284,7 +284,8 @@ func TestLeaseLostMidHandler(t *testing.T) {
 // Close while a handler holds a message waits for its Ack and settles it;
 // a message never acked is nacked once CloseTimeout passes (its context
 // cancelled with rheo.ErrConsumerStopped) and comes back to the next
-// subscriber. Prefetched messages never handed out come back too.
+// subscriber. Prefetched messages never handed out come back too, released
+// (their attempts not counted).
 func TestCloseDuringHandler(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store string) {
 		c := newClient(t, store)
@@ -339,9 +340,15 @@ func TestCloseDuringHandler(t *testing.T) {
 		_, sub3 := newPubSub(t, c, rheowatermill.SubscriberConfig{})
 		ch3, err := sub3.Subscribe(ctx, "close")
 		require.NoError(t, err)
-		for _, want := range msgs[1:] {
+		for i, want := range msgs[1:] {
 			m := receive(t, ch3)
 			assert.Equal(t, want.UUID, m.UUID)
+			// Handed back unhandled twice (prefetched by sub and sub2),
+			// the last three are released, their claims not counted; the
+			// first was handed out by sub2 and nacked by its Close.
+			l, ok := rheo.LeaseFromContext(m.Context())
+			require.True(t, ok)
+			assert.Equal(t, map[bool]int{true: 2, false: 1}[i == 0], l.Attempt, "attempt of %s", want.UUID)
 			m.Ack()
 		}
 		require.NoError(t, sub3.Close())

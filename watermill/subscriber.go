@@ -22,8 +22,9 @@ const (
 // ErrSubscriberClosed is returned by Subscribe after Close.
 var ErrSubscriberClosed = errors.New("rheowatermill: subscriber closed")
 
-// errStopping is the nack reason of a message the subscription claimed but
-// never handed out because it was stopping.
+// errStopping is the reason of a message the subscription claimed but never
+// handed out because it was stopping: its lease is released (rheo.Release),
+// its attempt not counted.
 var errStopping = errors.New("rheowatermill: subscription stopped before the message was handed out")
 
 // errNacked is the nack reason of a plain msg.Nack().
@@ -58,9 +59,9 @@ type SubscriberConfig struct {
 	// 0: it starts at Concurrency and, for handlers that are quick next to
 	// a fetch and a settle, grows up to rheo.DefaultMaxInflight(Concurrency)
 	// (100 for Concurrency up to 10), fetching and settling in batches of
-	// about a quarter of it; slow handlers keep it near Concurrency. Note
-	// that every claim counts as an attempt, also for prefetched messages
-	// handed back by Close.
+	// about a quarter of it; slow handlers keep it near Concurrency.
+	// Prefetched messages that Close hands back unhandled are released:
+	// their claims do not count as attempts.
 	Prefetch int
 	// LeaseDuration is the lease of each message (default the client's).
 	// It is renewed every half lease while the message is held, so a
@@ -258,7 +259,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 func (s *Subscriber) handler(runCtx context.Context, out chan<- *message.Message) rheo.Handler {
 	return func(ctx context.Context, e rheo.Event) error {
 		if runCtx.Err() != nil {
-			return rheo.RetryAfter(0, errStopping)
+			return rheo.Release(errStopping)
 		}
 		msg, err := s.cfg.Marshaler.Unmarshal(e)
 		if err != nil {
@@ -270,7 +271,7 @@ func (s *Subscriber) handler(runCtx context.Context, out chan<- *message.Message
 		select {
 		case out <- msg:
 		case <-runCtx.Done():
-			return rheo.RetryAfter(0, errStopping)
+			return rheo.Release(errStopping)
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}

@@ -161,6 +161,10 @@ func (b *Backend) Settle(_ context.Context, stream, group string, reqs []rheo.Se
 	wake := false
 	touched := map[*gpart]bool{}
 	for i, r := range reqs {
+		if r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease {
+			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+			continue
+		}
 		gp, d, err := current(g, r.Lease)
 		if err != nil {
 			errs[i] = err
@@ -173,6 +177,10 @@ func (b *Backend) Settle(_ context.Context, stream, group string, reqs []rheo.Se
 			d.status = acked
 		case rheo.SettleReject:
 			d.status, d.reason, d.deadAt = dead, r.Reason, now
+		case rheo.SettleRelease:
+			d.status, d.availableAt = available, now
+			d.attempt--
+			wake = true
 		case rheo.SettleNack:
 			if d.attempt >= g.maxAttempts {
 				d.status, d.reason, d.deadAt = dead, "max_attempts: "+r.Reason, now

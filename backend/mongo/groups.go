@@ -497,7 +497,8 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.T
 }
 
 // Settle implements rheo.Backend: one new state version per partition
-// touched.
+// touched. A request of an unknown kind is refused (ErrInvalidArgument)
+// up front: it takes no part in any state version.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
 	s, g, err := b.group(ctx, stream, group)
 	if err != nil {
@@ -506,6 +507,10 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	errs := make([]error, len(reqs))
 	byPart := map[int][]int{}
 	for i, r := range reqs {
+		if r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease {
+			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+			continue
+		}
 		p := r.Lease.Event.Partition
 		if p < 0 || p >= s.Partitions {
 			errs[i] = rheo.Errorf(rheo.ErrStaleLease, "lease %s: no partition %d", r.Lease.ID, p)
@@ -546,6 +551,12 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 						d.Status, d.Reason, d.AvailableAt = stAvailable, r.Reason, toNanos(r.AvailableAt)
 						nackedHere = true
 					}
+				case rheo.SettleRelease:
+					// Handed back unhandled: due at once, the claim not
+					// counted, the reason kept, never dead-lettered.
+					d.Status, d.AvailableAt = stAvailable, toNanos(now)
+					d.Attempt--
+					nackedHere = true
 				}
 			}
 			st.compact()

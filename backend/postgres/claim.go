@@ -506,9 +506,9 @@ func receiptMismatch(l rheo.Lease) error {
 
 // settleSQL settles a batch in one statement: acks delete their rows (the
 // frontier is derived from the pending rows, so compaction is immediate and
-// no shared row is touched), nacks and rejects update theirs, every request
-// fenced on (status leased, lease ID, event ID). A nack that makes work
-// available notifies subscribers on commit.
+// no shared row is touched), nacks, rejects and releases update theirs,
+// every request fenced on (status leased, lease ID, event ID). A nack or a
+// release that makes work available notifies subscribers on commit.
 //
 // Each request finds its row by one primary-key probe (the LIMIT keeps the
 // lateral subquery from being flattened into a join), and the DELETE and
@@ -552,19 +552,24 @@ UNION ALL SELECT i FROM other
 UNION ALL SELECT i FROM spr
 UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 
-// What a nack or a reject leaves of a delivery ({R} is the request, {A}
-// the attempt it was leased at): a nack below the attempt limit makes it
-// available at the request's time, anything else dead-letters it.
+// What a nack, a reject or a release leaves of a delivery ({R} is the
+// request, {A} the attempt it was leased at, {O} the reason it holds): a
+// nack below the attempt limit makes it available at the request's time, a
+// release (kind 4) makes it available at once, due at the settle's time
+// like a nack without a delay, with its reason as it was and its attempt
+// one lower (the claim it hands back does not count); anything else
+// dead-letters it. Acks (kind 1) never reach them.
 const (
-	settledStatus = `CASE WHEN {R}.kind = 2 AND {A} < $10::int THEN 0 ELSE 2 END`
-	settledReason = `CASE WHEN {R}.kind = 2 AND {A} >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END`
-	settledDue    = `CASE WHEN {R}.kind = 2 AND {A} < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN greatest({R}.avail - {OFFSET}, -9223372036854775807) ELSE {R}.avail END END`
-	settledDead   = `CASE WHEN {R}.kind = 2 AND {A} < $10 THEN NULL ELSE $2::bigint END`
+	settledStatus  = `CASE WHEN {R}.kind = 4 OR ({R}.kind = 2 AND {A} < $10::int) THEN 0 ELSE 2 END`
+	settledAttempt = `CASE WHEN {R}.kind = 4 THEN {A} - 1 ELSE {A} END`
+	settledReason  = `CASE WHEN {R}.kind = 4 THEN {O} WHEN {R}.kind = 2 AND {A} >= $10 THEN 'max_attempts: ' || {R}.reason ELSE {R}.reason END`
+	settledDue     = `CASE WHEN {R}.kind = 4 THEN greatest($2::bigint - {OFFSET}, -9223372036854775807) WHEN {R}.kind = 2 AND {A} < $10 THEN CASE WHEN {R}.avail <= $2::bigint THEN greatest({R}.avail - {OFFSET}, -9223372036854775807) ELSE {R}.avail END END`
+	settledDead    = `CASE WHEN {R}.kind = 4 OR ({R}.kind = 2 AND {A} < $10) THEN NULL ELSE $2::bigint END`
 )
 
 // settledSet writes them to a delivery row (d).
 const settledSet = `
-		status = ` + settledStatus + `, reason = ` + settledReason + `,
+		status = ` + settledStatus + `, attempt = ` + settledAttempt + `, reason = ` + settledReason + `,
 		due_at = ` + settledDue + `, dead_at = ` + settledDead + `,
 		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
@@ -578,8 +583,9 @@ const settledSet = `
 // the members of each span settled in one update that re-checks, on the
 // span's newest version, that none of them was settled meanwhile (a
 // concurrent settle of one of them leaves them all to the next
-// statement); spn writes the delivery row of each nacked or rejected
-// member, available again or dead as settledSet would make it; spr lists
+// statement); spn writes the delivery row of each nacked, rejected or
+// released member, available again or dead as settledSet would make it (a
+// member had no row, so no reason: a released one gets none); spr lists
 // the requests settled.
 const settleSpans = `
 sp AS MATERIALIZED (
@@ -610,7 +616,7 @@ spu AS (
 spr AS (SELECT sp.* FROM sp JOIN spu ON spu.part = sp.part AND spu.lo = sp.lo),
 spn AS (
 	INSERT INTO {S}rheo_deliveries (grp_id, part, seq, event_id, status, attempt, leased_at, reason, due_at, dead_at)
-	SELECT $1, spr.part, spr.seq, spr.event_id, ` + settledStatus + `, spr.attempt, spr.leased_at,
+	SELECT $1, spr.part, spr.seq, spr.event_id, ` + settledStatus + `, ` + settledAttempt + `, spr.leased_at,
 		` + settledReason + `, ` + settledDue + `, ` + settledDead + `
 	FROM spr WHERE spr.kind <> 1
 	RETURNING status AS st
@@ -777,6 +783,9 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		pos := position{l.Event.Partition, l.Event.Sequence, l.Receipt, l.Event.ID}
 		tok, valid := spanTokenOf(l)
 		switch {
+		case r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease:
+			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, r.Kind)
+			continue
 		case named[pos]:
 			errs[i] = staleLease(l)
 			continue
@@ -785,9 +794,6 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			continue
 		case !valid:
 			errs[i] = receiptMismatch(l)
-			continue
-		case r.Kind != rheo.SettleAck && r.Kind != rheo.SettleNack && r.Kind != rheo.SettleReject:
-			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, r.Kind)
 			continue
 		}
 		named[pos] = true
@@ -1012,9 +1018,9 @@ func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
 	b.fetchSQL = b.sqlf(due(memberIDs(fetchSQL)))
 	b.renewSQL = b.sqlf(renewSQL)
-	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt").Replace(settleSpans)
+	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt", "{O}", "NULL::text").Replace(settleSpans)
 	settle := func(q, r, spans string) string {
-		set := strings.NewReplacer("{R}", r, "{A}", "d.attempt").Replace(settledSet)
+		set := strings.NewReplacer("{R}", r, "{A}", "d.attempt", "{O}", "d.reason").Replace(settledSet)
 		return b.sqlf(due(strings.NewReplacer("{SETTLED}", set, "{SPANS}", spans).Replace(q)))
 	}
 	b.settleSQL = settle(settleSQL, "k", spans)

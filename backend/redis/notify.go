@@ -8,15 +8,16 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Wake-ups use sharded pub/sub: the append, settle (nack), replay, redrive
-// and reset scripts SPUBLISH on the stream's channel "<base>wake", which
-// carries the stream's hash tag, so on Redis Cluster it is served by the
-// node that owns the stream. A subscription is one dedicated connection per
-// stream with waiters, shared by every waiter of this backend. Compared with
-// a blocking XREAD on the partition streams it also wakes on nacks, replays
-// and redrives, never transfers payloads, and needs one connection per
-// stream rather than a read loop per partition. A lost message (during a
-// reconnect) only delays a waiter until the facade's next poll.
+// Wake-ups use sharded pub/sub: the append, settle (nack, release), replay,
+// redrive and reset scripts SPUBLISH on the stream's channel "<base>wake",
+// which carries the stream's hash tag, so on Redis Cluster it is served by
+// the node that owns the stream. A subscription is one dedicated connection
+// per stream with waiters, shared by every waiter of this backend. Compared
+// with a blocking XREAD on the partition streams it also wakes on nacks,
+// releases, replays and redrives, never transfers payloads, and needs one
+// connection per stream rather than a read loop per partition. A lost
+// message (during a reconnect) only delays a waiter until the facade's next
+// poll.
 
 // wakeSub is the subscription of one stream.
 type wakeSub struct {

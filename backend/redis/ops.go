@@ -386,7 +386,37 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	return leaseErr(code, l)
 }
 
-var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNack: "n", rheo.SettleReject: "r"}
+// settleKinds are the settle kinds the script knows, with the letter it
+// names each by (see settleScript).
+var settleKinds = map[rheo.SettleKind]string{
+	rheo.SettleAck: "a", rheo.SettleNack: "n", rheo.SettleReject: "r", rheo.SettleRelease: "l",
+}
+
+// settleKnown refuses the requests of an unknown kind (ErrInvalidArgument,
+// nothing written for them, as on every backend) and settles the others.
+func (b *Backend) settleKnown(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	errs := make([]error, len(reqs))
+	var known []rheo.SettleRequest
+	var at []int
+	for i, r := range reqs {
+		if _, ok := settleKinds[r.Kind]; !ok {
+			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+			continue
+		}
+		known, at = append(known, r), append(at, i)
+	}
+	if len(known) == 0 {
+		return errs, nil
+	}
+	res, err := b.Settle(ctx, stream, group, known, now)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		errs[i] = res[j]
+	}
+	return errs, nil
+}
 
 // Settle implements rheo.Backend: the whole batch is one script.
 //
@@ -395,6 +425,11 @@ var settleKinds = map[rheo.SettleKind]string{rheo.SettleAck: "a", rheo.SettleNac
 // sequences, their lease IDs and their event IDs; what is not an ack with
 // its own receipt follows by index. See settleScript.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	for _, r := range reqs {
+		if _, ok := settleKinds[r.Kind]; !ok {
+			return b.settleKnown(ctx, stream, group, reqs, now)
+		}
+	}
 	// A partition whose requests name one position twice is flagged: the
 	// script then follows its own writes there.
 	type pos struct {
@@ -404,9 +439,6 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	repeats := make(map[int]bool)
 	seen := make(map[pos]struct{}, len(reqs))
 	for _, r := range reqs {
-		if _, ok := settleKinds[r.Kind]; !ok {
-			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "settle kind %d", r.Kind)
-		}
 		k := pos{r.Lease.Event.Partition, r.Lease.Event.Sequence}
 		if _, dup := seen[k]; dup {
 			repeats[k.p] = true
@@ -442,6 +474,9 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			args = append(args, k+1, "n", r.AvailableAt.UnixMicro(), r.Reason)
 		case r.Kind == rheo.SettleReject:
 			args = append(args, k+1, "r", r.Reason)
+		case r.Kind == rheo.SettleRelease:
+			// Due at the settle's now; the reason is ignored.
+			args = append(args, k+1, "l")
 		}
 	}
 	v, err := b.run(ctx, settleScript, base, args...)

@@ -735,10 +735,12 @@ return out
 // the n event IDs, each list in the same order: grouped by partition in
 // order of first appearance, in request order within a partition (see
 // Settle). Then, for each request that is not an ack, in that order: its
-// index in that order (1-based) and its kind (n, r; x for a request whose
-// receipt is not its position's entry ID, which the client checks), and for
-// a nack its available-at (µs) and reason, for a reject its reason. An ack,
-// the usual request, carries its three fields and nothing more, and each
+// index in that order (1-based) and its kind (n, r, l for a release; x for
+// a request whose receipt is not its position's entry ID, which the client
+// checks), and for a nack its available-at (µs) and reason, for a reject its
+// reason; a release carries nothing more (it is due at now, its attempt
+// goes back by one, the claim not counting, and it never dead-letters, so
+// its reason is not sent). An ack, the usual request, carries its three fields and nothing more, and each
 // list is one ARGV range that HMGET takes as it is. A lease settles only if
 // its lease ID is current and its event ID is the event stored at its
 // position (fencing on both, like every backend). Returns one code per
@@ -803,11 +805,18 @@ for gi = 1, g do
         local seq = tonumber(ss)
         local att
         if kind ~= 'a' then att = tonumber(string.match(v, '^[^:]*:(%d+)')) end
-        if kind == 'n' and att < maxA then
+        if kind == 'l' or (kind == 'n' and att < maxA) then
+          -- Available again: a nack at its available-at, a release at now
+          -- with the claim not counted (whatever the attempt limit).
+          local due = avails[i]
+          if kind == 'l' then
+            att = math.max(att - 1, 0)
+            due = now
+          end
           local w = ':' .. fmt(att)
           if written then written[ss] = w end
           redis.call('HSET', lkey, ss, w)
-          set_due(p, ss, avails[i], false)
+          set_due(p, ss, due, false)
           woke = true
         else
           if written then written[ss] = false end

@@ -514,6 +514,10 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 		byPart := map[int][]int{}
 		for i, r := range reqs {
 			errs[i] = nil
+			if r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease {
+				errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+				continue
+			}
 			p := r.Lease.Event.Partition
 			if p < 0 || p >= ref.parts {
 				errs[i] = staleLease(r.Lease)
@@ -578,6 +582,11 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 					_, err = t.exec(ctx, "UPDATE rheo_deliveries SET status = 0, reason = ?, due_at = ?, lease_id = NULL, consumer_id = NULL, "+
 						"expires_at = NULL WHERE grp_id = ? AND part = ? AND seq = ?",
 						reqs[i].Reason, nackDue(micros(reqs[i].AvailableAt), nowUS), g.id, p, l.Event.Sequence)
+					t.wake(stream)
+				case rheo.SettleRelease:
+					_, err = t.exec(ctx, "UPDATE rheo_deliveries SET status = 0, attempt = attempt - 1, due_at = ?, lease_id = NULL, "+
+						"consumer_id = NULL, expires_at = NULL WHERE grp_id = ? AND part = ? AND seq = ?",
+						nackDue(nowUS, nowUS), g.id, p, l.Event.Sequence)
 					t.wake(stream)
 				default:
 					errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, reqs[i].Kind)

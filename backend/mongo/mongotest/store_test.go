@@ -197,11 +197,11 @@ func (h *hotPathFilters) take() ([]bson.Raw, []string) {
 	return f, o
 }
 
-// TestHotPathsUseOnlyIDLookups: Fetch, Settle, Renew and Lag send no query
-// but point lookups {_id: <string>} (and inserts), so none can scan a
-// collection; and the server answers that shape from its _id index
-// (FerretDB: filter pushed down; under its PostgreSQL handler, an index
-// scan; MongoDB: no COLLSCAN).
+// TestHotPathsUseOnlyIDLookups: Fetch, Settle (ack, nack, release), Renew
+// and Lag send no query but point lookups {_id: <string>} (and inserts), so
+// none can scan a collection; and the server answers that shape from its
+// _id index (FerretDB: filter pushed down; under its PostgreSQL handler, an
+// index scan; MongoDB: no COLLSCAN).
 func TestHotPathsUseOnlyIDLookups(t *testing.T) {
 	ctx := context.Background()
 	rec := &hotPathFilters{}
@@ -232,6 +232,7 @@ func TestHotPathsUseOnlyIDLookups(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Ack(ctx, ls[0]))
 	require.NoError(t, c.Nack(ctx, ls[1], "retry"))
+	require.NoError(t, c.Release(ctx, ls[2]))
 	_, err = c.Lag(ctx, "s", "g")
 	require.NoError(t, err)
 	filters, other := rec.take()
@@ -260,4 +261,61 @@ func TestHotPathsUseOnlyIDLookups(t *testing.T) {
 	} else { // MongoDB
 		require.NotContains(t, plan, "COLLSCAN", plan)
 	}
+}
+
+// TestSettleRefusesUnknownKind: a settle request of a kind the backend does
+// not know is refused with ErrInvalidArgument before anything is written,
+// and leaves its lease as it was; the other requests of its batch apply.
+func TestSettleRefusesUnknownKind(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var writes []string
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "insert" || e.CommandName == "update" || e.CommandName == "delete" {
+			mu.Lock()
+			writes = append(writes, e.CommandName)
+			mu.Unlock()
+		}
+	}}
+	mc, err := mongo.Connect(options.Client().ApplyURI(srv.URI).SetMonitor(mon))
+	require.NoError(t, err)
+	defer mc.Disconnect(ctx)
+	b, err := rmongo.New(mc, srv.Database(t, client))
+	require.NoError(t, err)
+	require.NoError(t, b.Migrate(ctx))
+	clk := clock.NewFrozen(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := rheo.New(b, rheo.WithClock(clk))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	_, err = c.AppendBatch(ctx, "s", []rheo.Message{{Payload: []byte(`{}`)}, {Payload: []byte(`{}`)}})
+	require.NoError(t, err)
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, ls, 2)
+	takeWrites := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		w := writes
+		writes = nil
+		return w
+	}
+	takeWrites()
+
+	for _, k := range []rheo.SettleKind{0, rheo.SettleRelease + 1, -1} {
+		errs, err := b.Settle(ctx, "s", "g", []rheo.SettleRequest{{Kind: k, Lease: ls[0]}}, clk.Now())
+		require.NoError(t, err)
+		require.Len(t, errs, 1)
+		require.ErrorIs(t, errs[0], rheo.ErrInvalidArgument, "kind %d", k)
+		require.Empty(t, takeWrites(), "kind %d: nothing written", k)
+	}
+	errs, err := b.Settle(ctx, "s", "g", []rheo.SettleRequest{
+		{Kind: rheo.SettleKind(99), Lease: ls[0]}, {Kind: rheo.SettleAck, Lease: ls[1]},
+	}, clk.Now())
+	require.NoError(t, err)
+	require.ErrorIs(t, errs[0], rheo.ErrInvalidArgument)
+	require.NoError(t, errs[1], "the known request of the batch applies")
+	gi, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), gi.Inflight, "the refused request left its lease")
+	require.NoError(t, c.Ack(ctx, ls[0]))
 }
