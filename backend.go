@@ -65,9 +65,11 @@ type Backend interface {
 	Fetch(ctx context.Context, r FetchRequest) ([]Lease, error)
 	// Renew sets the current lease l to expire at expiresAt; fenced like Settle.
 	Renew(ctx context.Context, l Lease, expiresAt, now time.Time) error
-	// Settle acks, nacks or rejects leases of one (stream, group). It returns
-	// one error per request (nil when settled), or a single error when the
-	// whole call failed. See SettleRequest.
+	// Settle acks, nacks, rejects or releases leases of one (stream, group).
+	// It returns one error per request (nil when settled), or a single error
+	// when the whole call failed. A request of an unknown kind gets
+	// ErrInvalidArgument of its own and writes nothing; the others settle.
+	// See SettleRequest.
 	Settle(ctx context.Context, stream, group string, reqs []SettleRequest, now time.Time) ([]error, error)
 
 	// Lag reports frontier and high watermark of every partition, in

@@ -197,7 +197,7 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		}
 		opts.Limit = free
 		start := time.Now()
-		leases, err := r.c.Fetch(ctx, r.cfg.Stream, r.cfg.Group, opts)
+		leases, err := r.fetch(ctx, opts)
 		took := time.Since(start)
 		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: took, Err: err})
 		if r.win != nil && err == nil && len(leases) > 0 {
@@ -229,6 +229,23 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// fetch claims leases. A stop does not cancel a fetch in flight at once: a
+// claim the store committed but whose answer was cut off would leave its
+// leases to expire, each having used an attempt, where the leases it
+// returns are handled or released like the others. The stop cancels it
+// only once ShutdownTimeout has passed (a store that does not answer);
+// every fetch is bounded like a settle.
+func (r *run) fetch(ctx context.Context, opts FetchOptions) ([]Lease, error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settleTimeout())
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancel)
+		context.AfterFunc(fctx, func() { t.Stop() })
+	})
+	defer stop()
+	return r.c.Fetch(fctx, r.cfg.Stream, r.cfg.Group, opts)
 }
 
 // dispatch tracks fresh leases and queues them for the workers.
@@ -373,7 +390,9 @@ func (r *run) handle(j *job, lease Lease) {
 	switch {
 	case err == nil:
 		req.kind = SettleAck
-	case IsRelease(err):
+	case IsRelease(err) && !isReject(err) && !errors.As(err, &retry):
+		// Reject and RetryAfter say the handler worked on the event:
+		// either wins over a Release in the same chain.
 		req.kind, req.reason = SettleRelease, err.Error()
 	case stopped:
 		req.kind, req.reason = SettleNack, ErrConsumerStopped.Error()

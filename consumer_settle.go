@@ -85,6 +85,20 @@ func (r *run) settleLoop() {
 	}
 }
 
+// releasesToNacks turns the releases of a batch into nacks due now (their
+// reason kept) and reports whether it held any.
+func releasesToNacks(batch []settleReq, reqs []SettleRequest, now time.Time) bool {
+	found := false
+	for i := range reqs {
+		if reqs[i].Kind == SettleRelease {
+			reqs[i].Kind, reqs[i].AvailableAt = SettleNack, now
+			batch[i].kind, batch[i].delay = SettleNack, 0
+			found = true
+		}
+	}
+	return found
+}
+
 // settleTimeout bounds one settle call: past a lease's life an answer no
 // longer matters much, since fencing protects the lease either way.
 func (r *run) settleTimeout() time.Duration { return max(r.cfg.LeaseDuration, time.Second) }
@@ -117,6 +131,12 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		}
 		start := time.Now()
 		res, err := r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
+		if err != nil && errors.Is(err, ErrInvalidArgument) && releasesToNacks(batch, reqs, now) {
+			// A backend written before releases existed, refusing the
+			// whole batch: send it again with the releases as nacks.
+			r.log.Warn("settle batch refused; sending its releases as nacks", "err", err)
+			res, err = r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
+		}
 		cancel()
 		if r.win != nil && err == nil {
 			r.win.observeSettle(time.Since(start))

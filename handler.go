@@ -54,7 +54,8 @@ func RetryAfter(d time.Duration, err error) error {
 // nothing with the event, such as a handler that finds its own process
 // shutting down before it starts; since a released event is never
 // dead-lettered, a handler that failed should return the error as it is.
-// The wrapped error stays reachable through errors.Is and errors.As.
+// A Reject or RetryAfter anywhere in the same error chain wins over it. The
+// wrapped error stays reachable through errors.Is and errors.As.
 func Release(err error) error {
 	if err == nil {
 		err = errors.New("released")

@@ -472,17 +472,17 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// handlerErrorType names a handler error for error.type: reject, release,
-// retry or error.
+// handlerErrorType names a handler error for error.type: reject, retry,
+// release or error (in that precedence, as the consumer settles them).
 func handlerErrorType(err error) string {
 	if rheo.IsReject(err) {
 		return "reject"
 	}
-	if rheo.IsRelease(err) {
-		return "release"
-	}
 	if _, ok := rheo.RetryDelay(err); ok {
 		return "retry"
+	}
+	if rheo.IsRelease(err) {
+		return "release"
 	}
 	return "error"
 }

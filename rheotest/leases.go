@@ -344,6 +344,12 @@ func runSettle(t *testing.T, f Factory) {
 				}
 			}
 			require.Equal(t, int64(2), e.info(s, g).Inflight, "nothing written")
+			// A missing stream or group is reported for the whole call first.
+			unknown := []rheo.SettleRequest{{Kind: 99, Lease: ls[0]}}
+			_, err := e.c.Backend().Settle(e.ctx, s, "no-such-group", unknown, e.clk.Now())
+			require.ErrorIs(t, err, rheo.ErrGroupNotFound)
+			_, err = e.c.Backend().Settle(e.ctx, "no-such-stream", g, unknown, e.clk.Now())
+			require.ErrorIs(t, err, rheo.ErrStreamNotFound)
 			// Beside requests of known kinds, even for the same lease:
 			// only the unknown one is refused.
 			errs := settle(rheo.SettleRequest{Kind: 99, Lease: ls[0]}, rheo.SettleRequest{Kind: rheo.SettleAck, Lease: ls[0]},

@@ -405,9 +405,8 @@ func (b *Backend) settleKnown(ctx context.Context, stream, group string, reqs []
 		}
 		known, at = append(known, r), append(at, i)
 	}
-	if len(known) == 0 {
-		return errs, nil
-	}
+	// With nothing left, the empty batch still reports a missing stream or
+	// group, as every backend does.
 	res, err := b.Settle(ctx, stream, group, known, now)
 	if err != nil {
 		return nil, err
