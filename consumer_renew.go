@@ -31,15 +31,46 @@ func (r *run) renewLoop() {
 	}
 }
 
+// errQueuedTooLong is the reason of a lease released because it waited in
+// the queue until too little of it was left to start a handler on.
+var errQueuedTooLong = errors.New("lease queued too long to start a handler")
+
+// late reports whether a queued lease has too little time left to start a
+// handler on: less than a renewal round plus a margin for the renewal's
+// round trip, so that the handler's first renewal might come too late.
+func (r *run) late(l Lease) bool {
+	margin := min(r.cfg.LeaseDuration/4, 5*time.Second)
+	return l.ExpiresAt.Sub(r.c.now()) < r.renewInterval()+margin
+}
+
+// renewAll renews the leases of running handlers. Queued leases are not
+// renewed (a deep window would cost a round trip each): those that are
+// late (see late) are released instead, in one settle batch, so that
+// another worker of the group takes them at once, their claims not
+// counted; the others are started or released by the worker that pops
+// them.
 func (r *run) renewAll() {
 	r.mu.Lock()
 	jobs := make([]*job, 0, len(r.inflight))
+	var late []settleReq
 	for j := range r.inflight {
-		if !j.dropped && j.state != jobSettling {
+		switch {
+		case j.dropped || j.state == jobSettling:
+		case j.state == jobQueued:
+			if !r.hard && r.late(j.lease) {
+				// The worker that pops it only forgets it.
+				j.dropped, j.state = true, jobSettling
+				late = append(late, settleReq{j: j, lease: j.lease, kind: SettleRelease, reason: errQueuedTooLong.Error()})
+			}
+		default:
 			jobs = append(jobs, j)
 		}
 	}
 	r.mu.Unlock()
+	// Never blocks: the channel holds a request per held lease.
+	for _, req := range late {
+		r.settles <- req
+	}
 	// Renewals are independent: up to renewPipeline go out at once, so a
 	// deep window of leases is renewed in a fraction of its round trips.
 	sem := make(chan struct{}, renewPipeline)

@@ -121,10 +121,11 @@ func (r *run) run(ctx context.Context) error {
 
 	close(r.queue)
 	workers.Wait()
-	close(r.settles)
-	settler.Wait()
+	// The renewer sends releases to the settler: it stops first.
 	close(r.stopNow)
 	renewer.Wait()
+	close(r.settles)
+	settler.Wait()
 	r.log.Debug("consumer stopped", "unsettled", r.count())
 	return err
 }
@@ -329,9 +330,10 @@ func (r *run) work() {
 	for j := range r.queue {
 		r.mu.Lock()
 		dropped, hard := j.dropped, r.hard
+		late := !dropped && !hard && r.late(j.lease)
 		switch {
 		case dropped:
-		case hard:
+		case hard, late:
 			j.state = jobSettling
 		default:
 			j.state = jobRunning
@@ -345,6 +347,8 @@ func (r *run) work() {
 			// Never started: hand it back at once rather than sit on it,
 			// without counting the attempt its claim made.
 			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: ErrConsumerStopped.Error()}
+		case late:
+			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: errQueuedTooLong.Error()}
 		default:
 			r.handle(j, lease)
 		}

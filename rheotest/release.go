@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,6 +210,7 @@ func runRelease(t *testing.T, f Factory) {
 		}},
 		{"consumer_releases_queued_leases_when_it_stops", consumerReleasesQueued},
 		{"handler_returning_release_hands_the_lease_back", consumerHandlerRelease},
+		{"consumer_releases_queued_leases_running_late_instead_of_renewing_them", consumerReleasesLate},
 	})
 }
 
@@ -268,5 +270,56 @@ func consumerHandlerRelease(t *testing.T, f Factory) {
 	require.Len(t, rel, 1)
 	require.Equal(t, "not now", rel[0].Reason)
 	e.requireLag(e.s, e.g, 0, 1, 1)
+	require.Empty(t, e.deadLetters(e.s, e.g))
+}
+
+// consumerReleasesLate: leases queued behind a slow handler are never
+// renewed; once too little of one is left to start a handler on, it is
+// released (its claim not counted) rather than left to expire, and comes
+// back once the handler is free. The running handler's lease is renewed.
+func consumerReleasesLate(t *testing.T, f Factory) {
+	e := newConsumerEnv(t, f, rheo.GroupConfig{MaxAttempts: 1})
+	e.appendN(e.s, 0, 5)
+	var mu sync.Mutex
+	renewed := map[string]int{}
+	e.b.setRenewFault(func(l rheo.Lease) error {
+		mu.Lock()
+		renewed[l.ID]++
+		mu.Unlock()
+		return nil
+	})
+	b := newBlocker()
+	// A lease of 400ms: renewals every 200ms (wall clock); a queued lease
+	// with less than 300ms left on the frozen clock is late.
+	e.start(rheo.ConsumerConfig{Concurrency: 1, MaxInflight: 5, LeaseDuration: 400 * time.Millisecond,
+		Handler: b.handle})
+	first := receive(t, "handler start", b.started)
+	eventually(t, "five leases fetched", func() bool {
+		n := 0
+		for _, ev := range e.rec.of(rheo.ConsumerFetched, succeeded) {
+			n += ev.Count
+		}
+		return n == 5
+	})
+	e.clk.Advance(150 * time.Millisecond)
+	eventually(t, "the running lease renewed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return renewed[first.ID] > 0
+	})
+	eventually(t, "the queued leases released", func() bool { return len(e.b.settles(rheo.SettleRelease)) == 4 })
+	mu.Lock()
+	for id := range renewed {
+		require.Equal(t, first.ID, id, "only the running lease is renewed")
+	}
+	mu.Unlock()
+	b.release <- nil
+	for range 4 {
+		l := receive(t, "a released event handled", b.started)
+		require.Equal(t, 1, l.Attempt, "sequence %d: the release did not count", l.Event.Sequence)
+		b.release <- nil
+	}
+	eventually(t, "every event acked", func() bool { return e.rec.count(rheo.ConsumerAcked, succeeded) == 5 })
+	e.requireLag(e.s, e.g, 0, 5, 5)
 	require.Empty(t, e.deadLetters(e.s, e.g))
 }
