@@ -50,7 +50,11 @@ type ConsumerConfig struct {
 	MaxInflight int
 	// LeaseDuration is the lease the consumer asks for (default the client's
 	// WithLeaseDuration, 30s). Leases are renewed every half lease while
-	// their handler runs, so a handler may take longer than this.
+	// their handler runs, so a handler may take longer than this. Leases
+	// queued for a handler are not renewed: one that waits until less than
+	// a renewal round and a margin (a quarter lease, at most 5s) is left is
+	// released (Client.Release) instead of started, so that another worker
+	// of the group takes it, its claim not counted.
 	LeaseDuration time.Duration
 	// PollInterval is the longest the consumer waits between fetches when it
 	// is idle (default 200ms). Backends that can notify wake it sooner, on
