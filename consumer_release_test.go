@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,3 +217,92 @@ func TestStopDoesNotCutOffAFetchInFlight(t *testing.T) {
 	require.Positive(t, counts.Leases.Load())
 	require.Equal(t, counts.Leases.Load(), counts.Acks.Load()+counts.Releases.Load())
 }
+
+// Leases so short that the renewal interval's floor exceeds half of them
+// are still handled: a fresh lease is never late.
+func TestVeryShortLeasesStillRunHandlers(t *testing.T) {
+	counts := &rheo.Counters{}
+	c := rheo.New(memory.New(), rheo.WithObserver(counts), rheo.WithLogger(quietLogger))
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	_, err := c.AppendBatch(ctx, "s", make([]rheo.Message, 20))
+	require.NoError(t, err)
+	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", Concurrency: 1, MaxInflight: 4,
+		LeaseDuration: 10 * time.Millisecond, Handler: func(context.Context, rheo.Event) error { return nil }})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(runCtx) }()
+	waitFor(t, "every event handled", func() bool { return counts.Acks.Load() >= 20 })
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// After a backend refused a release, queued leases running late are
+// renewed as before releases existed, not sent as nacks again and again:
+// with MaxAttempts 2, the one nack round the refusal costs leaves every
+// event alive.
+func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
+	b := &oldBackend{Backend: memory.New(), whole: true}
+	clk := clock.NewFrozen(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))
+	counts := &rheo.Counters{}
+	var mu sync.Mutex
+	renewed := map[int64][]int{} // sequence -> attempts renewed
+	c := rheo.New(b, rheo.WithClock(clk), rheo.WithLogger(quietLogger), rheo.WithObserver(observerFunc(func(ev rheo.ConsumerEvent) {
+		counts.ObserveConsumer(ev)
+		if ev.Kind == rheo.ConsumerRenewed && ev.Err == nil {
+			mu.Lock()
+			renewed[ev.Lease.Event.Sequence] = append(renewed[ev.Lease.Event.Sequence], ev.Lease.Attempt)
+			mu.Unlock()
+		}
+	})))
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 2}))
+	_, err := c.AppendBatch(ctx, "s", make([]rheo.Message, 3))
+	require.NoError(t, err)
+	// The first and second handler calls wait for their gates.
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var calls atomic.Int32
+	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", Concurrency: 1, MaxInflight: 3,
+		LeaseDuration: 400 * time.Millisecond, Backoff: func(int) time.Duration { return 0 },
+		Handler: func(ctx context.Context, e rheo.Event) error {
+			if n := int(calls.Add(1)); n <= len(gates) {
+				<-gates[n-1]
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(runCtx) }()
+	waitFor(t, "three leases held", func() bool { return counts.Leases.Load() == 3 })
+	clk.Advance(150 * time.Millisecond)
+	// Sequences 2 and 3 wait in the queue and run late: released, refused,
+	// nacked (attempt 1 counted).
+	waitFor(t, "the refused releases nacked", func() bool { return counts.Retries.Load() == 2 })
+	close(gates[0])
+	// Both fetched again at attempt 2: 2 runs (and waits), 3 is queued.
+	waitFor(t, "fetched again", func() bool { return counts.Leases.Load() == 5 && calls.Load() == 2 })
+	clk.Advance(150 * time.Millisecond)
+	waitFor(t, "the queued lease renewed at attempt 2", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(renewed[3]) > 0
+	})
+	close(gates[1])
+	waitFor(t, "every event acked", func() bool { return counts.Acks.Load() == 3 })
+	cancel()
+	require.NoError(t, <-done)
+	gi, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Zero(t, gi.DeadLetters)
+	require.Equal(t, int64(2), counts.Retries.Load(), "one round of nacks, then renewals")
+}
+
+type observerFunc func(rheo.ConsumerEvent)
+
+func (f observerFunc) ObserveConsumer(ev rheo.ConsumerEvent) { f(ev) }

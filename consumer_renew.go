@@ -38,9 +38,17 @@ var errQueuedTooLong = errors.New("lease queued too long to start a handler")
 // late reports whether a queued lease has too little time left to start a
 // handler on: less than a renewal round plus a margin for the renewal's
 // round trip, so that the handler's first renewal might come too late.
+// A lease never counts as late before a quarter of it has passed (with
+// leases so short that the renewal interval's floor exceeds half of them),
+// and never on a backend that refused a release: there a release becomes a
+// nack, which counts an attempt, so queued leases are renewed instead.
 func (r *run) late(l Lease) bool {
-	margin := min(r.cfg.LeaseDuration/4, 5*time.Second)
-	return l.ExpiresAt.Sub(r.c.now()) < r.renewInterval()+margin
+	if r.noRelease.Load() {
+		return false
+	}
+	d := r.cfg.LeaseDuration
+	left := min(r.renewInterval()+min(d/4, 5*time.Second), d*3/4)
+	return l.ExpiresAt.Sub(r.c.now()) < left
 }
 
 // renewAll renews the leases of running handlers. Queued leases are not
@@ -56,10 +64,12 @@ func (r *run) renewAll() {
 	for j := range r.inflight {
 		switch {
 		case j.dropped || j.state == jobSettling:
+		case j.state == jobQueued && r.noRelease.Load():
+			jobs = append(jobs, j)
 		case j.state == jobQueued:
 			if !r.hard && r.late(j.lease) {
-				// The worker that pops it only forgets it.
-				j.dropped, j.state = true, jobSettling
+				// The worker that pops it leaves it to the settler.
+				j.releasing, j.state = true, jobSettling
 				late = append(late, settleReq{j: j, lease: j.lease, kind: SettleRelease, reason: errQueuedTooLong.Error()})
 			}
 		default:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,6 +49,14 @@ type job struct {
 	lease   Lease           // renewals move ExpiresAt
 	state   jobState
 	dropped bool // lost to someone else: never settled
+	// inQueue: the job is in run.queue. A job stays tracked (and counted
+	// against MaxInflight) until it is out of the queue and its lease is
+	// settled, lost or given up: done marks the second of those when it
+	// comes first, and the worker that pops the job then forgets it.
+	inQueue, done bool
+	// releasing: the renewer found it late in the queue and sent its
+	// release; the worker that pops it leaves it to the settler.
+	releasing bool
 }
 
 // run is the state of one Run call. The Run goroutine fetches; Concurrency
@@ -66,6 +75,14 @@ type run struct {
 	// (they are all tracked), which spares every dispatch a registration
 	// with a shared parent.
 	bg context.Context
+
+	// noRelease is set once the backend refused a release (a backend
+	// written before releases existed): queued leases are renewed again,
+	// never released when late.
+	noRelease atomic.Bool
+	// cancelledAt is when the caller's context ended (Unix nanoseconds; 0
+	// before): the shutdown budget runs from then.
+	cancelledAt atomic.Int64
 
 	mu       sync.Mutex
 	inflight map[*job]struct{}
@@ -116,6 +133,8 @@ func (r *run) run(ctx context.Context) error {
 	settler.Go(r.settleLoop)
 	renewer.Go(r.renewLoop)
 
+	stopWatch := context.AfterFunc(ctx, func() { r.cancelledAt.Store(time.Now().UnixNano()) })
+	defer stopWatch()
 	err := r.fetchLoop(ctx)
 	r.stop(ctx, err != nil)
 
@@ -255,7 +274,7 @@ func (r *run) dispatch(leases []Lease) {
 	r.mu.Lock()
 	for i, l := range leases {
 		ctx, cancel := context.WithCancelCause(context.WithValue(r.bg, leaseKey{}, l))
-		j := &job{id: l.ID, event: l.Event, ctx: ctx, hctx: ctx, cancel: cancel, lease: l}
+		j := &job{id: l.ID, event: l.Event, ctx: ctx, hctx: ctx, cancel: cancel, lease: l, inQueue: true}
 		r.inflight[j] = struct{}{}
 		jobs[i] = j
 	}
@@ -266,18 +285,33 @@ func (r *run) dispatch(leases []Lease) {
 }
 
 // release forgets jobs: their leases are settled, lost or left to expire.
+// A job still in the queue is forgotten by the worker that pops it, so that
+// the queue never holds more jobs than are tracked.
 func (r *run) release(jobs ...*job) {
 	if len(jobs) == 0 {
 		return
 	}
+	freed := false
 	r.mu.Lock()
 	for _, j := range jobs {
+		if j.inQueue {
+			j.done = true
+			continue
+		}
 		delete(r.inflight, j)
+		freed = true
 	}
 	r.mu.Unlock()
 	for _, j := range jobs {
 		j.cancel(nil)
 	}
+	if freed {
+		r.freed()
+	}
+}
+
+// freed signals the fetch loop that a slot is free.
+func (r *run) freed() {
 	select {
 	case r.slotFreed <- struct{}{}:
 	default:
@@ -294,7 +328,13 @@ func (r *run) stop(ctx context.Context, fatal bool) {
 		var deadline <-chan time.Time
 		cancelled := ctx.Done()
 		if ctx.Err() != nil {
-			t := time.NewTimer(r.cfg.ShutdownTimeout)
+			// The budget started when ctx ended (a fetch in flight may
+			// have used some of it).
+			budget := r.cfg.ShutdownTimeout
+			if at := r.cancelledAt.Load(); at != 0 {
+				budget = max(budget-time.Since(time.Unix(0, at)), 0)
+			}
+			t := time.NewTimer(budget)
 			defer t.Stop()
 			deadline, cancelled = t.C, nil
 		}
@@ -329,6 +369,20 @@ func (r *run) stop(ctx context.Context, fatal bool) {
 func (r *run) work() {
 	for j := range r.queue {
 		r.mu.Lock()
+		j.inQueue = false
+		if j.done || j.releasing {
+			// Settled while queued (a release the renewer sent): forget
+			// it now, or leave that to the settler, whose answer is due.
+			done := j.done
+			if done {
+				delete(r.inflight, j)
+			}
+			r.mu.Unlock()
+			if done {
+				r.freed()
+			}
+			continue
+		}
 		dropped, hard := j.dropped, r.hard
 		late := !dropped && !hard && r.late(j.lease)
 		switch {

@@ -135,6 +135,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			// A backend written before releases existed, refusing the
 			// whole batch: send it again with the releases as nacks.
 			r.log.Warn("settle batch refused; sending its releases as nacks", "err", err)
+			r.noRelease.Store(true)
 			res, err = r.c.b.Settle(ctx, r.cfg.Stream, r.cfg.Group, reqs, now)
 		}
 		cancel()
@@ -211,6 +212,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 				// A backend written before releases existed: hand the
 				// lease back with a nack, which counts its attempt.
 				r.log.WarnContext(hctx, "release refused; nacking", attrs...)
+				r.noRelease.Store(true)
 				next = append(next, settleReq{j: b.j, lease: b.lease, kind: SettleNack, reason: b.reason})
 				continue
 			}

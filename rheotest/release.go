@@ -211,6 +211,7 @@ func runRelease(t *testing.T, f Factory) {
 		{"consumer_releases_queued_leases_when_it_stops", consumerReleasesQueued},
 		{"handler_returning_release_hands_the_lease_back", consumerHandlerRelease},
 		{"consumer_releases_queued_leases_running_late_instead_of_renewing_them", consumerReleasesLate},
+		{"late_releases_keep_max_inflight_and_the_stop_clean", consumerLateKeepsInflight},
 	})
 }
 
@@ -322,4 +323,27 @@ func consumerReleasesLate(t *testing.T, f Factory) {
 	eventually(t, "every event acked", func() bool { return e.rec.count(rheo.ConsumerAcked, succeeded) == 5 })
 	e.requireLag(e.s, e.g, 0, 5, 5)
 	require.Empty(t, e.deadLetters(e.s, e.g))
+}
+
+// consumerLateKeepsInflight: leases released late while still in the
+// queue stay counted against MaxInflight until a worker pops them, so the
+// consumer never holds more leases than MaxInflight, and a stop while the
+// handler is stuck returns.
+func consumerLateKeepsInflight(t *testing.T, f Factory) {
+	e := newConsumerEnv(t, f, rheo.GroupConfig{})
+	e.appendN(e.s, 0, 10)
+	b := newBlocker()
+	r := e.start(rheo.ConsumerConfig{Concurrency: 1, MaxInflight: 3, LeaseDuration: 400 * time.Millisecond,
+		ShutdownTimeout: 50 * time.Millisecond, Handler: b.handle})
+	receive(t, "handler start", b.started)
+	eventually(t, "three leases fetched", func() bool { return e.b.maxHeldAndAsked() >= 3 })
+	e.clk.Advance(150 * time.Millisecond)
+	eventually(t, "two late leases released", func() bool { return e.rec.count(rheo.ConsumerReleased, succeeded) == 2 })
+	// The released jobs are still in the queue behind the stuck handler:
+	// give a fetch that should not happen the time to happen.
+	time.Sleep(200 * time.Millisecond)
+	require.LessOrEqual(t, e.b.maxHeldAndAsked(), 3, "fetch limits %v", e.b.limits())
+	require.NoError(t, r.stop(t))
+	require.ErrorIs(t, receive(t, "the handler's context to end", b.causes), rheo.ErrConsumerStopped)
+	require.Zero(t, e.info(e.s, e.g).Inflight)
 }
