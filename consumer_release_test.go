@@ -306,3 +306,54 @@ func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
 type observerFunc func(rheo.ConsumerEvent)
 
 func (f observerFunc) ObserveConsumer(ev rheo.ConsumerEvent) { f(ev) }
+
+// blockedFetchBackend answers its first fetch and blocks every later one
+// until its context ends, like a store that stopped answering.
+type blockedFetchBackend struct {
+	rheo.Backend
+	calls atomic.Int32
+}
+
+func (b *blockedFetchBackend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	if b.calls.Add(1) == 1 {
+		return b.Backend.Fetch(ctx, r)
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// The shutdown budget runs from the cancellation: a fetch in flight that
+// used it up leaves none for the handlers (they are not given a second
+// budget after it).
+func TestShutdownBudgetRunsFromTheCancellation(t *testing.T) {
+	b := &blockedFetchBackend{Backend: memory.New()}
+	c := rheo.New(b, rheo.WithLogger(quietLogger))
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	_, err := c.Append(ctx, "s", rheo.Message{})
+	require.NoError(t, err)
+	const budget = time.Second
+	started := make(chan struct{})
+	cancelled := make(chan time.Time, 1)
+	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", Concurrency: 2, MaxInflight: 2,
+		ShutdownTimeout: budget, Handler: func(ctx context.Context, e rheo.Event) error {
+			close(started)
+			<-ctx.Done()
+			cancelled <- time.Now()
+			return ctx.Err()
+		}})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(runCtx) }()
+	<-started
+	waitFor(t, "a second fetch in flight", func() bool { return b.calls.Load() >= 2 })
+	at := time.Now()
+	cancel()
+	require.NoError(t, <-done)
+	took := (<-cancelled).Sub(at)
+	require.GreaterOrEqual(t, took, budget, "the handler had its budget")
+	require.Less(t, took, budget*9/5, "the handler was cancelled %v after the cancellation, not after a second budget", took)
+}
