@@ -69,14 +69,8 @@ func TestReleaseFallsBackToNackOnAnOldBackend(t *testing.T) {
 		t.Run(map[bool]string{false: "per_request", true: "whole_batch"}[whole], func(t *testing.T) {
 			b := &oldBackend{Backend: memory.New(), whole: whole}
 			counts := &rheo.Counters{}
-			c := rheo.New(b, rheo.WithClock(clock.NewFrozen(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))),
-				rheo.WithObserver(counts), rheo.WithLogger(quietLogger))
-			t.Cleanup(func() { c.Close() })
-			ctx := context.Background()
-			require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
-			require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-			evs, err := c.AppendBatch(ctx, "s", make([]rheo.Message, 4))
-			require.NoError(t, err)
+			c, evs := streamOn(t, b, rheo.GroupConfig{}, 4,
+				rheo.WithClock(clock.NewFrozen(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))), rheo.WithObserver(counts))
 			// Four handlers finish together, so that their settles go in
 			// one batch: the first releases, the others ack.
 			var mu sync.Mutex
@@ -102,12 +96,9 @@ func TestReleaseFallsBackToNackOnAnOldBackend(t *testing.T) {
 					return nil
 				}})
 			require.NoError(t, err)
-			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- k.Run(runCtx) }()
+			stop := runUntilStopped(k)
 			waitFor(t, "every event acked", func() bool { return counts.Acks.Load() == 4 })
-			cancel()
-			require.NoError(t, <-done)
+			require.NoError(t, stop())
 			mu.Lock()
 			defer mu.Unlock()
 			require.Equal(t, []int{1, 2}, calls[evs[0].ID], "released as a nack: redelivered, its attempt counted")
@@ -192,26 +183,20 @@ func (b *cutOffBackend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.
 func TestStopDoesNotCutOffAFetchInFlight(t *testing.T) {
 	b := &cutOffBackend{Backend: memory.New(), fetched: make(chan struct{}), proceed: make(chan struct{})}
 	counts := &rheo.Counters{}
-	c := rheo.New(b, rheo.WithClock(clock.NewFrozen(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))),
-		rheo.WithObserver(counts), rheo.WithLogger(quietLogger))
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 1}))
-	_, err := c.AppendBatch(ctx, "s", make([]rheo.Message, 3))
-	require.NoError(t, err)
+	c, _ := streamOn(t, b, rheo.GroupConfig{MaxAttempts: 1}, 3,
+		rheo.WithClock(clock.NewFrozen(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))), rheo.WithObserver(counts))
 	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", ShutdownTimeout: time.Minute,
 		Handler: func(context.Context, rheo.Event) error { return nil }})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- k.Run(runCtx) }()
 	<-b.fetched
-	cancel()
+	cancel() // before the fetch answers: a fetch under runCtx sees it cancelled
 	close(b.proceed)
 	require.NoError(t, <-done)
 	require.Zero(t, counts.FetchErrors.Load())
-	gi, err := c.GroupInfo(ctx, "s", "g")
+	gi, err := c.GroupInfo(context.Background(), "s", "g")
 	require.NoError(t, err)
 	require.Zero(t, gi.Inflight, "no lease left behind to expire")
 	require.Positive(t, counts.Leases.Load())
@@ -222,22 +207,13 @@ func TestStopDoesNotCutOffAFetchInFlight(t *testing.T) {
 // are still handled: a fresh lease is never late.
 func TestVeryShortLeasesStillRunHandlers(t *testing.T) {
 	counts := &rheo.Counters{}
-	c := rheo.New(memory.New(), rheo.WithObserver(counts), rheo.WithLogger(quietLogger))
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-	_, err := c.AppendBatch(ctx, "s", make([]rheo.Message, 20))
-	require.NoError(t, err)
+	c, _ := streamOn(t, memory.New(), rheo.GroupConfig{}, 20, rheo.WithObserver(counts))
 	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", Concurrency: 1, MaxInflight: 4,
 		LeaseDuration: 10 * time.Millisecond, Handler: func(context.Context, rheo.Event) error { return nil }})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- k.Run(runCtx) }()
+	stop := runUntilStopped(k)
 	waitFor(t, "every event handled", func() bool { return counts.Acks.Load() >= 20 })
-	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 }
 
 // After a backend refused a release, queued leases running late are
@@ -250,7 +226,7 @@ func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
 	counts := &rheo.Counters{}
 	var mu sync.Mutex
 	renewed := map[int64][]int{} // sequence -> attempts renewed
-	c := rheo.New(b, rheo.WithClock(clk), rheo.WithLogger(quietLogger), rheo.WithObserver(observerFunc(func(ev rheo.ConsumerEvent) {
+	c, _ := streamOn(t, b, rheo.GroupConfig{MaxAttempts: 2}, 3, rheo.WithClock(clk), rheo.WithObserver(observerFunc(func(ev rheo.ConsumerEvent) {
 		counts.ObserveConsumer(ev)
 		if ev.Kind == rheo.ConsumerRenewed && ev.Err == nil {
 			mu.Lock()
@@ -258,12 +234,6 @@ func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
 			mu.Unlock()
 		}
 	})))
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{MaxAttempts: 2}))
-	_, err := c.AppendBatch(ctx, "s", make([]rheo.Message, 3))
-	require.NoError(t, err)
 	// The first and second handler calls wait for their gates.
 	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	var calls atomic.Int32
@@ -276,9 +246,7 @@ func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
 			return nil
 		}})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- k.Run(runCtx) }()
+	stop := runUntilStopped(k)
 	waitFor(t, "three leases held", func() bool { return counts.Leases.Load() == 3 })
 	clk.Advance(150 * time.Millisecond)
 	// Sequences 2 and 3 wait in the queue and run late: released, refused,
@@ -295,12 +263,37 @@ func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
 	})
 	close(gates[1])
 	waitFor(t, "every event acked", func() bool { return counts.Acks.Load() == 3 })
-	cancel()
-	require.NoError(t, <-done)
-	gi, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, stop())
+	gi, err := c.GroupInfo(context.Background(), "s", "g")
 	require.NoError(t, err)
 	require.Zero(t, gi.DeadLetters)
 	require.Equal(t, int64(2), counts.Retries.Load(), "one round of nacks, then renewals")
+}
+
+// streamOn returns a client over b (options after a quiet logger) with a
+// stream "s" holding n events and a group "g" made with gcfg.
+func streamOn(t *testing.T, b rheo.Backend, gcfg rheo.GroupConfig, n int, opts ...rheo.Option) (*rheo.Client, []rheo.Event) {
+	t.Helper()
+	c := rheo.New(b, append([]rheo.Option{rheo.WithLogger(quietLogger)}, opts...)...)
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", gcfg))
+	evs, err := c.AppendBatch(ctx, "s", make([]rheo.Message, n))
+	require.NoError(t, err)
+	return c, evs
+}
+
+// runUntilStopped runs k; stop cancels its context and returns what Run
+// returned.
+func runUntilStopped(k *rheo.Consumer) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
 }
 
 type observerFunc func(rheo.ConsumerEvent)
@@ -327,13 +320,7 @@ func (b *blockedFetchBackend) Fetch(ctx context.Context, r rheo.FetchRequest) ([
 // budget after it).
 func TestShutdownBudgetRunsFromTheCancellation(t *testing.T) {
 	b := &blockedFetchBackend{Backend: memory.New()}
-	c := rheo.New(b, rheo.WithLogger(quietLogger))
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-	_, err := c.Append(ctx, "s", rheo.Message{})
-	require.NoError(t, err)
+	c, _ := streamOn(t, b, rheo.GroupConfig{}, 1)
 	const budget = time.Second
 	started := make(chan struct{})
 	cancelled := make(chan time.Time, 1)
@@ -345,14 +332,11 @@ func TestShutdownBudgetRunsFromTheCancellation(t *testing.T) {
 			return ctx.Err()
 		}})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- k.Run(runCtx) }()
+	stop := runUntilStopped(k)
 	<-started
 	waitFor(t, "a second fetch in flight", func() bool { return b.calls.Load() >= 2 })
 	at := time.Now()
-	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 	took := (<-cancelled).Sub(at)
 	require.GreaterOrEqual(t, took, budget, "the handler had its budget")
 	require.Less(t, took, budget*9/5, "the handler was cancelled %v after the cancellation, not after a second budget", took)
