@@ -252,6 +252,15 @@ const (
 	SettleRelease
 )
 
+// CheckKind returns nil when r's Kind is a settle kind, and otherwise the
+// ErrInvalidArgument a backend answers for r (see Backend.Settle).
+func (r SettleRequest) CheckKind() error {
+	if r.Kind >= SettleAck && r.Kind <= SettleRelease {
+		return nil
+	}
+	return Errorf(ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+}
+
 // SettleRequest settles one lease. It succeeds only if the delivery is
 // leased under Lease.ID (ErrStaleLease otherwise) and, when the backend uses
 // receipts, under Lease.Receipt (ErrReceiptMismatch). Expiry is not checked:

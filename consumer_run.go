@@ -83,6 +83,9 @@ type run struct {
 	// cancelledAt is when the caller's context ended (Unix nanoseconds; 0
 	// before): the shutdown budget runs from then.
 	cancelledAt atomic.Int64
+	// fetchCtx is the context of fetches: it outlives the caller's by
+	// ShutdownTimeout (see fetch).
+	fetchCtx context.Context
 
 	mu       sync.Mutex
 	inflight map[*job]struct{}
@@ -133,8 +136,23 @@ func (r *run) run(ctx context.Context) error {
 	settler.Go(r.settleLoop)
 	renewer.Go(r.renewLoop)
 
-	stopWatch := context.AfterFunc(ctx, func() { r.cancelledAt.Store(time.Now().UnixNano()) })
-	defer stopWatch()
+	// When ctx ends, the shutdown budget starts, and fetches still in
+	// flight are cut off once it is spent.
+	fetchCtx, cutOff := context.WithCancel(r.bg)
+	defer cutOff()
+	r.fetchCtx = fetchCtx
+	var cutOffTimer atomic.Pointer[time.Timer]
+	stopWatch := context.AfterFunc(ctx, func() {
+		r.cancelledAt.Store(time.Now().UnixNano())
+		cutOffTimer.Store(time.AfterFunc(r.cfg.ShutdownTimeout, cutOff))
+	})
+	defer func() {
+		if !stopWatch() {
+			if t := cutOffTimer.Load(); t != nil {
+				t.Stop()
+			}
+		}
+	}()
 	err := r.fetchLoop(ctx)
 	r.stop(ctx, err != nil)
 
@@ -217,7 +235,7 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		}
 		opts.Limit = free
 		start := time.Now()
-		leases, err := r.fetch(ctx, opts)
+		leases, err := r.fetch(opts)
 		took := time.Since(start)
 		r.observe(ConsumerEvent{Kind: ConsumerFetched, Count: len(leases), Duration: took, Err: err})
 		if r.win != nil && err == nil && len(leases) > 0 {
@@ -254,18 +272,13 @@ func (r *run) fetchLoop(ctx context.Context) error {
 // fetch claims leases. A stop does not cancel a fetch in flight at once: a
 // claim the store committed but whose answer was cut off would leave its
 // leases to expire, each having used an attempt, where the leases it
-// returns are handled or released like the others. The stop cancels it
+// returns are handled or released like the others. The stop cuts it off
 // only once ShutdownTimeout has passed (a store that does not answer);
 // every fetch is bounded like a settle.
-func (r *run) fetch(ctx context.Context, opts FetchOptions) ([]Lease, error) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settleTimeout())
+func (r *run) fetch(opts FetchOptions) ([]Lease, error) {
+	ctx, cancel := context.WithTimeout(r.fetchCtx, r.settleTimeout())
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancel)
-		context.AfterFunc(fctx, func() { t.Stop() })
-	})
-	defer stop()
-	return r.c.Fetch(fctx, r.cfg.Stream, r.cfg.Group, opts)
+	return r.c.Fetch(ctx, r.cfg.Stream, r.cfg.Group, opts)
 }
 
 // dispatch tracks fresh leases and queues them for the workers.
@@ -371,14 +384,14 @@ func (r *run) work() {
 		r.mu.Lock()
 		j.inQueue = false
 		if j.done || j.releasing {
-			// Settled while queued (a release the renewer sent): forget
-			// it now, or leave that to the settler, whose answer is due.
-			done := j.done
-			if done {
+			// Released while queued (by the renewer): forget it now if the
+			// release has settled, else the settler will.
+			forget := j.done
+			if forget {
 				delete(r.inflight, j)
 			}
 			r.mu.Unlock()
-			if done {
+			if forget {
 				r.freed()
 			}
 			continue
@@ -397,12 +410,14 @@ func (r *run) work() {
 		switch {
 		case dropped:
 			r.release(j)
-		case hard:
+		case hard, late:
 			// Never started: hand it back at once rather than sit on it,
 			// without counting the attempt its claim made.
-			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: ErrConsumerStopped.Error()}
-		case late:
-			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: errQueuedTooLong.Error()}
+			reason := errQueuedTooLong
+			if hard {
+				reason = ErrConsumerStopped
+			}
+			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: reason.Error()}
 		default:
 			r.handle(j, lease)
 		}

@@ -24,6 +24,28 @@ type fetchResult struct {
 	err    error
 }
 
+// wokenFetch starts a Fetch of (s, g) with a long Wait, runs wake, and
+// returns what the woken fetch claimed; it fails the test if the fetch
+// failed or was not woken (what names the wake).
+func (e *env) wokenFetch(s, g, what string, wake func()) []rheo.Lease {
+	e.t.Helper()
+	done := make(chan fetchResult, 1)
+	go func() {
+		ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
+		done <- fetchResult{ls, err}
+	}()
+	runtime.Gosched()
+	wake()
+	select {
+	case r := <-done:
+		require.NoError(e.t, r.err)
+		return r.leases
+	case <-time.After(waitBound):
+		e.t.Fatalf("Fetch with Wait was not woken by %s", what)
+		return nil
+	}
+}
+
 func runConcurrency(t *testing.T, f Factory) {
 	runCases(t, f, []testCase{
 		{"competing_fetchers_hold_at_most_one_current_lease_per_event", competingFetchers},
@@ -56,21 +78,10 @@ func runConcurrency(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)
 			g := e.group(s, rheo.GroupConfig{})
-			done := make(chan fetchResult, 1)
-			go func() {
-				ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
-				done <- fetchResult{ls, err}
-			}()
-			runtime.Gosched()
-			evs := e.appendN(s, 0, 1)
-			select {
-			case r := <-done:
-				require.NoError(t, r.err)
-				require.Len(t, r.leases, 1)
-				require.Equal(t, evs[0].ID, r.leases[0].Event.ID)
-			case <-time.After(waitBound):
-				t.Fatal("Fetch with Wait was not woken by an append")
-			}
+			var evs []rheo.Event
+			ls := e.wokenFetch(s, g, "an append", func() { evs = e.appendN(s, 0, 1) })
+			require.Len(t, ls, 1)
+			require.Equal(t, evs[0].ID, ls[0].Event.ID)
 		}},
 		{"fetch_wait_is_woken_by_a_nack", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -78,21 +89,9 @@ func runConcurrency(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			held := e.fetchN(s, g, 1)[0]
-			done := make(chan fetchResult, 1)
-			go func() {
-				ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
-				done <- fetchResult{ls, err}
-			}()
-			runtime.Gosched()
-			require.NoError(t, e.c.Nack(e.ctx, held, "retry elsewhere"))
-			select {
-			case r := <-done:
-				require.NoError(t, r.err)
-				require.Len(t, r.leases, 1)
-				require.Equal(t, 2, r.leases[0].Attempt)
-			case <-time.After(waitBound):
-				t.Fatal("Fetch with Wait was not woken by a nack")
-			}
+			ls := e.wokenFetch(s, g, "a nack", func() { require.NoError(t, e.c.Nack(e.ctx, held, "retry elsewhere")) })
+			require.Len(t, ls, 1)
+			require.Equal(t, 2, ls[0].Attempt)
 		}},
 		{"fetch_wait_is_woken_by_a_replay", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -100,20 +99,8 @@ func runConcurrency(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			e.drain(s, g)
-			done := make(chan fetchResult, 1)
-			go func() {
-				ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
-				done <- fetchResult{ls, err}
-			}()
-			runtime.Gosched()
-			require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))))
-			select {
-			case r := <-done:
-				require.NoError(t, r.err)
-				require.Len(t, r.leases, 1)
-			case <-time.After(waitBound):
-				t.Fatal("Fetch with Wait was not woken by a replay")
-			}
+			ls := e.wokenFetch(s, g, "a replay", func() { require.NoError(t, errOf(e.c.Replay(e.ctx, s, g, rheo.FromSequence(0)))) })
+			require.Len(t, ls, 1)
 		}},
 		{"fetch_wait_is_woken_by_a_redrive", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -121,23 +108,13 @@ func runConcurrency(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			require.NoError(t, e.c.Reject(e.ctx, e.fetchN(s, g, 1)[0], "bad"))
-			done := make(chan fetchResult, 1)
-			go func() {
-				ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
-				done <- fetchResult{ls, err}
-			}()
-			runtime.Gosched()
-			n, err := e.c.Redrive(e.ctx, s, g)
-			require.NoError(t, err)
-			require.Equal(t, 1, n)
-			select {
-			case r := <-done:
-				require.NoError(t, r.err)
-				require.Len(t, r.leases, 1)
-				require.Equal(t, 1, r.leases[0].Attempt)
-			case <-time.After(waitBound):
-				t.Fatal("Fetch with Wait was not woken by a redrive")
-			}
+			ls := e.wokenFetch(s, g, "a redrive", func() {
+				n, err := e.c.Redrive(e.ctx, s, g)
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+			})
+			require.Len(t, ls, 1)
+			require.Equal(t, 1, ls[0].Attempt)
 		}},
 		{"fetch_wait_on_an_empty_stream_returns_nothing_after_the_wait", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)

@@ -3,7 +3,6 @@ package rheotest
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -192,21 +191,9 @@ func runRelease(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			l := e.fetchN(s, g, 1)[0]
-			done := make(chan fetchResult, 1)
-			go func() {
-				ls, err := e.c.Fetch(e.ctx, s, g, rheo.FetchOptions{Limit: 5, Wait: 10 * time.Minute})
-				done <- fetchResult{ls, err}
-			}()
-			runtime.Gosched()
-			require.NoError(t, e.c.Release(e.ctx, l))
-			select {
-			case r := <-done:
-				require.NoError(t, r.err)
-				require.Len(t, r.leases, 1)
-				require.Equal(t, 1, r.leases[0].Attempt)
-			case <-time.After(waitBound):
-				t.Fatal("Fetch with Wait was not woken by a release")
-			}
+			ls := e.wokenFetch(s, g, "a release", func() { require.NoError(t, e.c.Release(e.ctx, l)) })
+			require.Len(t, ls, 1)
+			require.Equal(t, 1, ls[0].Attempt)
 		}},
 		{"consumer_releases_queued_leases_when_it_stops", consumerReleasesQueued},
 		{"handler_returning_release_hands_the_lease_back", consumerHandlerRelease},

@@ -161,8 +161,7 @@ func (b *Backend) Settle(_ context.Context, stream, group string, reqs []rheo.Se
 	wake := false
 	touched := map[*gpart]bool{}
 	for i, r := range reqs {
-		if r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease {
-			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+		if errs[i] = r.CheckKind(); errs[i] != nil {
 			continue
 		}
 		gp, d, err := current(g, r.Lease)

@@ -507,8 +507,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	errs := make([]error, len(reqs))
 	byPart := map[int][]int{}
 	for i, r := range reqs {
-		if r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease {
-			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+		if errs[i] = r.CheckKind(); errs[i] != nil {
 			continue
 		}
 		p := r.Lease.Event.Partition

@@ -782,9 +782,10 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		l := r.Lease
 		pos := position{l.Event.Partition, l.Event.Sequence, l.Receipt, l.Event.ID}
 		tok, valid := spanTokenOf(l)
+		kindErr := r.CheckKind()
 		switch {
-		case r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease:
-			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, r.Kind)
+		case kindErr != nil:
+			errs[i] = kindErr
 			continue
 		case named[pos]:
 			errs[i] = staleLease(l)

@@ -2,9 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -169,49 +166,13 @@ func TestSpanMembersReleasedConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ls, 300)
 
-	var (
-		mu       sync.Mutex
-		settled  = map[string]string{} // event ID -> the outcome that won
-		failures []error
-	)
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 11))
-			for i, l := range ls {
-				if i%4 != w%4 {
-					continue
-				}
-				kind := []string{"ack", "release", "reject", "renew"}[r.IntN(4)]
-				var err error
-				switch kind {
-				case "ack":
-					err = c.Ack(ctx, l)
-				case "release":
-					err = c.Release(ctx, l)
-				case "reject":
-					err = c.Reject(ctx, l, "bad")
-				case "renew":
-					_, err = c.Renew(ctx, l, time.Minute)
-				}
-				mu.Lock()
-				switch {
-				case err == nil && kind != "renew":
-					if prev, ok := settled[l.Event.ID]; ok {
-						failures = append(failures, errors.New(l.ID+" settled twice: "+prev+" and "+kind))
-					}
-					settled[l.Event.ID] = kind
-				case err != nil && !errors.Is(err, rheo.ErrStaleLease):
-					failures = append(failures, err)
-				}
-				mu.Unlock()
-			}
-		}()
+	byLease := settleConcurrently(t, c, ls, "release", 11)
+	settled := map[string]string{} // event ID -> the outcome that won
+	for _, l := range ls {
+		if k, ok := byLease[l.ID]; ok {
+			settled[l.Event.ID] = k
+		}
 	}
-	wg.Wait()
-	require.Empty(t, failures)
 	counts := map[string]int64{}
 	for _, k := range settled {
 		counts[k]++

@@ -60,6 +60,35 @@ func TestSpanMembersSettledConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ls, 300)
 
+	settled := settleConcurrently(t, c, ls, "nack", 7)
+	counts := map[string]int64{}
+	for _, k := range settled {
+		counts[k]++
+	}
+	// Leases only renewed (by both goroutines) are still leased.
+	leased := int64(len(ls)) - int64(len(settled))
+	st, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Equal(t, leased, st.Inflight, "outcomes %v", counts)
+	require.Equal(t, counts["nack"], st.Available)
+	require.Equal(t, counts["reject"], st.DeadLetters)
+	held, err := c.Leases(ctx, "s", "g", rheo.LeaseListOptions{Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, held, int(leased))
+	for _, l := range held {
+		_, ok := settled[leaseOf(ls, l).ID]
+		require.False(t, ok, "a settled lease is listed as held: %v", l.Event.ID)
+	}
+}
+
+// settleConcurrently settles ls from eight goroutines, each lease by two of
+// them, each picking at random (seeded) an ack, a retry (a nack, or a
+// release when retry is "release"), a reject or a renewal, and returns
+// the outcome that won for each lease settled (by lease ID). It fails the
+// test on any error other than a stale lease, and on a lease settled twice.
+func settleConcurrently(t *testing.T, c *rheo.Client, ls []rheo.Lease, retry string, seed uint64) map[string]string {
+	t.Helper()
+	ctx := context.Background()
 	var (
 		mu       sync.Mutex
 		settled  = map[string]string{} // lease ID -> the outcome that won
@@ -70,18 +99,20 @@ func TestSpanMembersSettledConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 7))
+			r := rand.New(rand.NewPCG(uint64(w), seed))
 			for i, l := range ls {
 				if i%4 != w%4 { // each lease goes to two of the eight goroutines
 					continue
 				}
-				kind := []string{"ack", "nack", "reject", "renew"}[r.IntN(4)]
+				kind := []string{"ack", retry, "reject", "renew"}[r.IntN(4)]
 				var err error
 				switch kind {
 				case "ack":
 					err = c.Ack(ctx, l)
 				case "nack":
 					err = c.Nack(ctx, l, "again")
+				case "release":
+					err = c.Release(ctx, l)
 				case "reject":
 					err = c.Reject(ctx, l, "bad")
 				case "renew":
@@ -103,24 +134,7 @@ func TestSpanMembersSettledConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	require.Empty(t, failures)
-	counts := map[string]int64{}
-	for _, k := range settled {
-		counts[k]++
-	}
-	// Leases only renewed (by both goroutines) are still leased.
-	leased := int64(len(ls)) - int64(len(settled))
-	st, err := c.GroupInfo(ctx, "s", "g")
-	require.NoError(t, err)
-	require.Equal(t, leased, st.Inflight, "outcomes %v", counts)
-	require.Equal(t, counts["nack"], st.Available)
-	require.Equal(t, counts["reject"], st.DeadLetters)
-	held, err := c.Leases(ctx, "s", "g", rheo.LeaseListOptions{Limit: 1000})
-	require.NoError(t, err)
-	require.Len(t, held, int(leased))
-	for _, l := range held {
-		_, ok := settled[leaseOf(ls, l).ID]
-		require.False(t, ok, "a settled lease is listed as held: %v", l.Event.ID)
-	}
+	return settled
 }
 
 func leaseOf(ls []rheo.Lease, l rheo.Lease) rheo.Lease {

@@ -386,12 +386,6 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	return leaseErr(code, l)
 }
 
-// settleKinds are the settle kinds the script knows, with the letter it
-// names each by (see settleScript).
-var settleKinds = map[rheo.SettleKind]string{
-	rheo.SettleAck: "a", rheo.SettleNack: "n", rheo.SettleReject: "r", rheo.SettleRelease: "l",
-}
-
 // settleKnown refuses the requests of an unknown kind (ErrInvalidArgument,
 // nothing written for them, as on every backend) and settles the others.
 func (b *Backend) settleKnown(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
@@ -399,8 +393,7 @@ func (b *Backend) settleKnown(ctx context.Context, stream, group string, reqs []
 	var known []rheo.SettleRequest
 	var at []int
 	for i, r := range reqs {
-		if _, ok := settleKinds[r.Kind]; !ok {
-			errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+		if errs[i] = r.CheckKind(); errs[i] != nil {
 			continue
 		}
 		known, at = append(known, r), append(at, i)
@@ -425,7 +418,7 @@ func (b *Backend) settleKnown(ctx context.Context, stream, group string, reqs []
 // its own receipt follows by index. See settleScript.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
 	for _, r := range reqs {
-		if _, ok := settleKinds[r.Kind]; !ok {
+		if r.CheckKind() != nil {
 			return b.settleKnown(ctx, stream, group, reqs, now)
 		}
 	}

@@ -514,8 +514,7 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 		byPart := map[int][]int{}
 		for i, r := range reqs {
 			errs[i] = nil
-			if r.Kind < rheo.SettleAck || r.Kind > rheo.SettleRelease {
-				errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", r.Lease.ID, r.Kind)
+			if errs[i] = r.CheckKind(); errs[i] != nil {
 				continue
 			}
 			p := r.Lease.Event.Partition
@@ -588,8 +587,6 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 						"consumer_id = NULL, expires_at = NULL WHERE grp_id = ? AND part = ? AND seq = ?",
 						nackDue(nowUS, nowUS), g.id, p, l.Event.Sequence)
 					t.wake(stream)
-				default:
-					errs[i] = rheo.Errorf(rheo.ErrInvalidArgument, "lease %s: unknown settle kind %d", l.ID, reqs[i].Kind)
 				}
 				if err != nil {
 					return err
