@@ -247,7 +247,9 @@ func TestRefusedReleaseRenewsQueuedLeasesAgain(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	stop := runUntilStopped(k)
-	waitFor(t, "three leases held", func() bool { return counts.Leases.Load() == 3 })
+	// Sequence 1's handler runs (and waits) before the clock moves, so
+	// that only the two queued leases run late.
+	waitFor(t, "three leases held, one handled", func() bool { return counts.Leases.Load() == 3 && calls.Load() == 1 })
 	clk.Advance(150 * time.Millisecond)
 	// Sequences 2 and 3 wait in the queue and run late: released, refused,
 	// nacked (attempt 1 counted).
