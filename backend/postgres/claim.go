@@ -143,9 +143,9 @@ gp AS (
 	SELECT part, offered FROM gpt UNION ALL SELECT part, offered FROM gpw
 ),
 fresh1 AS (
-	SELECT e.part, e.seq, e.id
+	SELECT e.*
 	FROM gp CROSS JOIN LATERAL (
-		SELECT x.part, x.seq, x.id FROM {S}rheo_events x
+		SELECT x.part, x.seq, x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
 		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
 		ORDER BY x.seq LIMIT $12::int
 	) e
@@ -161,12 +161,12 @@ more AS (
 	SELECT part FROM fresh1 GROUP BY part HAVING count(*) >= $12::int
 ),
 fresh AS (
-	SELECT part, seq, id FROM fresh1
+	SELECT * FROM fresh1
 	WHERE (SELECT ok FROM enough) OR part NOT IN (SELECT part FROM more)
 	UNION ALL
-	SELECT e.part, e.seq, e.id
+	SELECT e.*
 	FROM gp CROSS JOIN LATERAL (
-		SELECT x.part, x.seq, x.id FROM {S}rheo_events x
+		SELECT x.part, x.seq, x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
 		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
 		ORDER BY x.seq LIMIT $4
 	) e
@@ -175,9 +175,11 @@ fresh AS (
 cand AS (
 	SELECT c.*, row_number() OVER (PARTITION BY c.part ORDER BY c.seq) AS rn
 	FROM (
-		SELECT part, seq, attempt, event_id, false AS fresh, tid FROM old
+		SELECT part, seq, attempt, event_id, false AS fresh, tid,
+			NULL::text AS etype, NULL::text AS ekey, NULL::bigint AS ts, NULL::text AS payload, NULL::jsonb AS metadata
+		FROM old
 		UNION ALL
-		SELECT part, seq, 0, id, true, NULL::tid FROM fresh
+		SELECT part, seq, 0, id, true, NULL::tid, etype, ekey, ts, payload, metadata FROM fresh
 	) c
 ),
 cnt AS (
@@ -188,13 +190,17 @@ base AS (
 	SELECT part, ri, n, greatest(0, least(q, $4 - coalesce(sum(q) OVER w, 0))) AS b
 	FROM cnt WINDOW w AS (ORDER BY ri ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
-share AS (
+take AS (
 	SELECT part, b + greatest(0, least(n - b,
 		($4 - (SELECT sum(b) FROM base)) - coalesce(sum(n - b) OVER w, 0))) AS take
 	FROM base WINDOW w AS (ORDER BY ri ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
+share AS (
+	SELECT part, take, coalesce(sum(take) OVER w, 0)::bigint AS off
+	FROM take WINDOW w AS (ORDER BY part ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
 pick AS (
-	SELECT c.part, c.seq, c.attempt, c.event_id, c.fresh, c.tid, row_number() OVER (ORDER BY c.part, c.seq) AS i
+	SELECT c.part, c.seq, c.attempt, c.event_id, c.fresh, c.tid, c.etype, c.ekey, c.ts, c.payload, c.metadata, s.off + c.rn AS i
 	FROM cand c JOIN share s ON s.part = c.part WHERE c.rn <= s.take
 ),
 upd AS (
@@ -217,18 +223,17 @@ adv AS (
 	RETURNING g.part
 ),
 got AS (
-	SELECT part, seq, attempt, lease_id, false AS span FROM upd
+	SELECT u.part, u.seq, u.attempt, u.lease_id, false AS span, e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
+	FROM upd u CROSS JOIN LATERAL (
+		SELECT x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
+		WHERE x.stream_id = $2 AND x.part = u.part AND x.seq = u.seq LIMIT 1
+	) e
 	UNION ALL
-	SELECT p.part, p.seq, 1, ins.token, true FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
+	SELECT p.part, p.seq, 1, ins.token, true, p.event_id, p.etype, p.ekey, p.ts, p.payload, p.metadata
+	FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
 )
-SELECT got.part, got.seq, got.attempt, got.lease_id, got.span,
-	e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
-FROM (SELECT 1) one
-LEFT JOIN (got CROSS JOIN LATERAL (
-	SELECT x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
-	WHERE x.stream_id = $2 AND x.part = got.part AND x.seq = got.seq LIMIT 1
-) e) ON true
-ORDER BY got.part, got.seq`
+SELECT part, seq, attempt, lease_id, span, id, etype, ekey, ts, payload, metadata FROM got
+ORDER BY part, seq`
 
 // explodeSQL turns the spans of the requested partitions whose lease
 // expired by $4, and spans whose members are all settled, into the leased
@@ -365,37 +370,36 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 	leases := make([]rheo.Lease, 0, r.Limit)
 	leasedAt := time.UnixMicro(now).UTC()
 	expiresAt := time.UnixMicro(exp).UTC()
+	var (
+		part, att                int32
+		seq, ts                  int64
+		leaseID, id, etype, ekey string
+		span                     bool
+		payload, meta            []byte
+	)
+	dest := []any{&part, &seq, &att, &leaseID, &span, &id, &etype, &ekey, &ts, &payload, &meta}
 	for rows.Next() {
-		var (
-			part, att                *int32
-			seq, ts                  *int64
-			leaseID, id, etype, ekey *string
-			span                     *bool
-			payload, meta            []byte
-		)
-		if err := rows.Scan(&part, &seq, &att, &leaseID, &span, &id, &etype, &ekey, &ts, &payload, &meta); err != nil {
+		payload, meta = nil, nil
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		if part == nil { // the one row of an empty claim
-			continue
-		}
 		e := rheo.Event{
-			ID: *id, Stream: r.Stream, Partition: int(*part), Sequence: *seq, Type: *etype, Key: *ekey,
-			Timestamp: time.UnixMicro(*ts).UTC(), Payload: json.RawMessage(payload),
+			ID: id, Stream: r.Stream, Partition: int(part), Sequence: seq, Type: etype, Key: ekey,
+			Timestamp: time.UnixMicro(ts).UTC(), Payload: json.RawMessage(payload),
 		}
 		if meta != nil {
 			if err := json.Unmarshal(meta, &e.Metadata); err != nil {
 				return nil, err
 			}
 		}
-		lid, receipt := *leaseID, *leaseID
-		if *span { // the span's token: the member's ID is derived from it
-			lid = sqlstore.SpanLeaseID(lid, *seq)
+		lid, receipt := leaseID, leaseID
+		if span { // the span's token: the member's ID is derived from it
+			lid = sqlstore.SpanLeaseID(lid, seq)
 			receipt = lid + sqlstore.SpanReceipt
 		}
 		leases = append(leases, rheo.Lease{
 			ID: lid, Receipt: receipt, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
-			Attempt: int(*att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
+			Attempt: int(att), LeasedAt: leasedAt, ExpiresAt: expiresAt, Event: e,
 		})
 	}
 	if err := rows.Err(); err != nil {
