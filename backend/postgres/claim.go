@@ -59,7 +59,11 @@ const poisonReason = "max_attempts: lease expired"
 // span (a row of rheo_spans instead of a delivery row each: see
 // migrations/0004_spans.sql in internal/sqlstore; it returns the span's
 // token, from which Go derives each member's lease ID), advances the
-// cursors and returns the leases with their events. explodeFetchSQL, before
+// cursors and returns the leases with their events: a fresh event's
+// columns come along from the read that found it past the cursor (fresh1),
+// a kept row's from one lookup each. The picked rows are numbered (i, the
+// position of a lease ID in $8) from each partition's offset in the
+// shares, without sorting them again. explodeFetchSQL, before
 // it in the same transaction, has turned the spans whose lease expired
 // into the delivery rows they stand for, which this statement then claims
 // or dead-letters like any other.
