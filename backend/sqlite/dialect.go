@@ -21,7 +21,7 @@ func (dialect) MaxParams() int             { return 32766 }
 func (dialect) LockRows() string           { return "" }
 func (dialect) TextOrder() string          { return "" }
 func (dialect) MigrationLock() string      { return "" }
-func (dialect) ExplodeSpans() string       { return "" } // SQLite writes no spans
+func (dialect) ExplodeSpans() string       { return "" } // the shared layer explodes SQLite's spans itself
 func (dialect) CommitAmbiguous(error) bool { return false }
 
 func (dialect) Types() map[string]string {

@@ -37,12 +37,19 @@ func TestDeliveriesHoldOnlyInflightAndDeadLetters(t *testing.T) {
 	db, err := sql.Open("sqlite", b.Path())
 	require.NoError(t, err)
 	defer db.Close()
-	rows := func() int { return count(t, db, "SELECT COUNT(*) FROM rheo_deliveries") }
+	// Deliveries are rows, or members of a span: the run of fresh events
+	// one fetch leased from a partition, one row for all of them.
+	rows := func() int {
+		return count(t, db, "SELECT (SELECT COUNT(*) FROM rheo_deliveries) + (SELECT COALESCE(SUM(pending), 0) FROM rheo_spans)")
+	}
 
 	held, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 10, rows(), "only offered events have rows")
+	require.Equal(t, 0, count(t, db, "SELECT COUNT(*) FROM rheo_deliveries"), "fresh events are leased as spans")
+	require.Equal(t, 2, count(t, db, "SELECT COUNT(*) FROM rheo_spans"), "one span per partition")
 	require.NoError(t, c.Reject(ctx, held[0], "bad"))
+	require.Equal(t, 10, rows(), "the rejected lease's span became rows")
 	for {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
 		require.NoError(t, err)
@@ -55,6 +62,7 @@ func TestDeliveriesHoldOnlyInflightAndDeadLetters(t *testing.T) {
 	require.Equal(t, 10, rows(), "9 held leases and 1 dead letter")
 	require.NoError(t, c.AckBatch(ctx, held[1:]))
 	require.Equal(t, 1, rows(), "the dead letter stays")
+	require.Equal(t, 0, count(t, db, "SELECT COUNT(*) FROM rheo_spans"))
 	lag, err := c.Lag(ctx, "s", "g")
 	require.NoError(t, err)
 	require.Zero(t, lag.Total)

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rheo-go/rheo"
@@ -74,6 +76,14 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
+			return err
+		}
+
+		// The spans whose lease expired become the leased rows they stand
+		// for, which the claim below then takes again or dead-letters.
+		if expired, err := s.spans(ctx, t, g.id, r.Partitions, "expires_at <= ?", now); err != nil {
+			return err
+		} else if err := s.explode(ctx, t, ref.id, g.id, expired); err != nil {
 			return err
 		}
 
@@ -399,11 +409,12 @@ func lease(r rheo.FetchRequest, id string, attempt int, now, exp int64, e rheo.E
 	}
 }
 
-// materializeChunk bounds the rows of one delivery INSERT (13 parameters each).
+// materializeChunk bounds the rows of one delivery INSERT (11 parameters each).
 const materializeChunk = 100
 
-// materialize leases the next n events of partition p past the cursor,
-// inserting their deliveries already leased, and advances the cursor.
+// materialize leases the next n events of partition p past the cursor as
+// one span (see spans.go): each member's lease ID derives from the span's
+// token, its receipt is that ID and SpanReceipt. It advances the cursor.
 func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest, ref streamRef, g groupRef, p int,
 	cursor, n, now, exp int64, newID func() string, out []rheo.Lease) ([]rheo.Lease, error) {
 	rows, err := t.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq",
@@ -418,23 +429,17 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 	if int64(len(evs)) != n {
 		return out, rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: %d events past sequence %d, want %d", r.Stream, p, len(evs), cursor, n)
 	}
-	start := len(out)
+	tok := newID()
 	for _, e := range evs {
-		out = append(out, lease(r, newID(), 1, now, exp, e))
+		id := SpanLeaseID(tok, e.Sequence)
+		l := lease(r, id, 1, now, exp, e)
+		l.Receipt = id + SpanReceipt
+		out = append(out, l)
 	}
-	for chunk := range slices.Chunk(out[start:], materializeChunk) {
-		var b Builder
-		b.S("INSERT INTO rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at) VALUES ")
-		for i, l := range chunk {
-			if i > 0 {
-				b.S(", ")
-			}
-			b.S("(").Arg(g.id).S(", ").Arg(p).S(", ").Arg(l.Event.Sequence).S(", ").Arg(l.Event.ID).S(", 1, 1, ").
-				Arg(l.ID).S(", ").Arg(r.ConsumerID).S(", ").Arg(now).S(", ").Arg(exp).S(", ").Arg(exp).S(")")
-		}
-		if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
-			return out, err
-		}
+	if _, err := t.exec(ctx, "INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low) "+
+		"VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
+		g.id, p, cursor+1, cursor+n, tok, r.ConsumerID, now, exp, strings.Repeat("0", int(n)), n, cursor+1); err != nil {
+		return out, err
 	}
 	if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", cursor+n, g.id, p); err != nil {
 		return out, err
@@ -445,24 +450,35 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 // Renew implements rheo.Backend.
 func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
 	return s.write(ctx, "renew lease "+l.ID, func(t *writeTx) error {
-		_, g, err := s.group(ctx, t.execer, l.Stream, l.Group)
+		ref, g, err := s.group(ctx, t.execer, l.Stream, l.Group)
 		if err != nil {
 			return err
 		}
-		if l.Receipt != l.ID {
-			return s.badReceipt(ctx, t, g, l)
+		if !receiptValid(l) {
+			return s.staleOrMismatch(ctx, t, ref.id, g, l)
+		}
+		if l.Receipt != l.ID { // a span's member: the span becomes rows first
+			sps, err := s.spans(ctx, t, g.id, []int{l.Event.Partition}, "lo <= ? AND hi >= ?", l.Event.Sequence, l.Event.Sequence)
+			if err != nil {
+				return err
+			}
+			if j, ok := spanOf(sps, l); ok {
+				if err := s.explode(ctx, t, ref.id, g.id, sps[j:j+1]); err != nil {
+					return err
+				}
+			}
 		}
 		exp := micros(expiresAt)
 		res, err := t.exec(ctx, "UPDATE rheo_deliveries SET expires_at = ?, due_at = ? "+
 			"WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ? AND event_id = ?",
-			exp, exp, g.id, l.Event.Partition, l.Event.Sequence, l.ID, l.Event.ID)
+			exp, exp, g.id, l.Event.Partition, l.Event.Sequence, l.Receipt, l.Event.ID)
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return staleLease(l)
+			return s.staleOrMismatch(ctx, t, ref.id, g, l)
 		}
 		return nil
 	})
@@ -474,21 +490,6 @@ func staleLease(l rheo.Lease) error {
 
 func receiptMismatch(l rheo.Lease) error {
 	return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q of stream %q", l.ID, l.Event.ID, l.Group, l.Stream)
-}
-
-// badReceipt reports a lease whose receipt is not its ID: a receipt
-// mismatch when the lease is otherwise current, else a stale lease.
-func (s *Store) badReceipt(ctx context.Context, t *writeTx, g groupRef, l rheo.Lease) error {
-	var n int
-	err := t.queryRow(ctx, "SELECT COUNT(*) FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ? AND event_id = ?",
-		g.id, l.Event.Partition, l.Event.Sequence, l.ID, l.Event.ID).Scan(&n)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return staleLease(l)
-	}
-	return receiptMismatch(l)
 }
 
 // settleRow is a delivery row as Settle reads it.
@@ -526,7 +527,13 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 		}
 		nowUS := micros(now)
 		for _, p := range sortedKeys(byPart) {
-			idx := byPart[p]
+			idx, err := s.settleSpans(ctx, t, ref.id, g, p, reqs, byPart[p], errs)
+			if err != nil {
+				return err
+			}
+			if len(idx) == 0 {
+				continue
+			}
 			seqs := make([]int64, 0, len(idx))
 			for _, i := range idx {
 				seqs = append(seqs, reqs[i].Lease.Event.Sequence)
@@ -559,11 +566,12 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 			for _, i := range idx {
 				l := reqs[i].Lease
 				row := cur[l.Event.Sequence]
-				if row == nil || row.status != statusLeased || row.leaseID.String != l.ID || row.eventID != l.Event.ID {
+				if row == nil || row.status != statusLeased || row.eventID != l.Event.ID ||
+					(row.leaseID.String != l.ID && row.leaseID.String != l.ID+SpanReceipt) {
 					errs[i] = staleLease(l)
 					continue
 				}
-				if l.Receipt != l.ID {
+				if row.leaseID.String != l.Receipt || !receiptValid(l) {
 					errs[i] = receiptMismatch(l)
 					continue
 				}
@@ -613,4 +621,91 @@ func (s *Store) deadLetter(ctx context.Context, t *writeTx, g groupRef, p int, s
 	_, err := t.exec(ctx, "UPDATE rheo_deliveries SET status = 2, reason = ?, dead_at = ?, due_at = NULL, lease_id = NULL, "+
 		"consumer_id = NULL WHERE grp_id = ? AND part = ? AND seq = ?", reason, now, g.id, p, seq)
 	return err
+}
+
+// settleSpans settles the requests of idx (partition p) that name members
+// of spans: the acks of every member of a span, each once, delete it; any
+// other request for a member turns its span into rows first. It returns
+// the requests left for the delivery rows: all but the whole acks.
+func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, p int,
+	reqs []rheo.SettleRequest, idx []int, errs []error) ([]int, error) {
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, i := range idx {
+		if l := reqs[i].Lease; SpanToken(l.ID, l.Event.Sequence) != "" {
+			lo, hi = min(lo, l.Event.Sequence), max(hi, l.Event.Sequence)
+		}
+	}
+	if lo > hi {
+		return idx, nil
+	}
+	sps, err := s.spans(ctx, t, g.id, []int{p}, "lo <= ? AND hi >= ?", hi, lo)
+	if err != nil || len(sps) == 0 {
+		return idx, err
+	}
+	named := make([][]int, len(sps)) // requests per span
+	for _, i := range idx {
+		if j, ok := spanOf(sps, reqs[i].Lease); ok {
+			named[j] = append(named[j], i)
+		}
+	}
+	whole := map[int]bool{}
+	var explode []span
+	for j, sp := range sps {
+		is := named[j]
+		if len(is) == 0 {
+			continue
+		}
+		if ok, err := s.wholeAck(ctx, t, streamID, sp, reqs, is); err != nil {
+			return nil, err
+		} else if !ok {
+			explode = append(explode, sp)
+			continue
+		}
+		if _, err := t.exec(ctx, "DELETE FROM rheo_spans WHERE grp_id = ? AND part = ? AND lo = ?", g.id, p, sp.lo); err != nil {
+			return nil, err
+		}
+		for _, i := range is {
+			whole[i] = true
+		}
+	}
+	if err := s.explode(ctx, t, streamID, g.id, explode); err != nil {
+		return nil, err
+	}
+	if len(whole) == 0 {
+		return idx, nil
+	}
+	rest := make([]int, 0, len(idx)-len(whole))
+	for _, i := range idx {
+		if !whole[i] {
+			rest = append(rest, i)
+		}
+	}
+	return rest, nil
+}
+
+// wholeAck reports whether requests is acks of every member of span sp,
+// each once, each under its receipt and with its event's ID.
+func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp span, reqs []rheo.SettleRequest, is []int) (bool, error) {
+	if int64(len(is)) != sp.hi-sp.lo+1 {
+		return false, nil
+	}
+	seen := make([]bool, len(is))
+	for _, i := range is {
+		l := reqs[i].Lease
+		k := l.Event.Sequence - sp.lo
+		if reqs[i].Kind != rheo.SettleAck || seen[k] || l.Receipt != l.ID+SpanReceipt {
+			return false, nil
+		}
+		seen[k] = true
+	}
+	ids, err := s.memberEventIDs(ctx, t, streamID, sp)
+	if err != nil {
+		return false, err
+	}
+	for _, i := range is {
+		if l := reqs[i].Lease; ids[l.Event.Sequence] != l.Event.ID {
+			return false, nil
+		}
+	}
+	return true, nil
 }

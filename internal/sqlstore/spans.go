@@ -2,8 +2,12 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"math"
+	"slices"
 	"strconv"
+
+	"github.com/rheo-go/rheo"
 )
 
 // A span (table rheo_spans, schema version 4) stands for the leased
@@ -67,8 +71,173 @@ func SpanToken(id string, seq int64) string {
 func (s *Store) explodeSpans(ctx context.Context, t *writeTx, streamID, grp int64, p int) error {
 	q := s.d.ExplodeSpans()
 	if q == "" {
-		return nil
+		sps, err := s.spans(ctx, t, grp, []int{p}, "")
+		if err != nil {
+			return err
+		}
+		return s.explode(ctx, t, streamID, grp, sps)
 	}
 	_, err := t.exec(ctx, q, grp, streamID, []int32{int32(p)}, int64(math.MaxInt64))
 	return err
+}
+
+// This package's own Fetch (SQLite's) writes spans too, and keeps them
+// simpler than PostgreSQL's: a span is acked whole (deleted) or, before
+// anything else changes one of its members (a nack, reject, release or
+// renewal of one, an ack of part of it, its lease's expiry, a replay or
+// trim), turned into the delivery rows it stands for. So its members are
+// always all still leased under it ('0' each in done).
+
+// span is a row of rheo_spans.
+type span struct {
+	part                int
+	lo, hi              int64
+	token               string
+	attempt             int
+	consumer            sql.NullString
+	leasedAt, expiresAt int64
+	done                string
+}
+
+// spans reads the spans of group grp in parts that also meet cond (an SQL
+// condition with args for its placeholders; "" for all), in partition and
+// sequence order.
+func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, cond string, args ...any) ([]span, error) {
+	var b Builder
+	b.S("SELECT part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done FROM rheo_spans WHERE grp_id = ").Arg(grp)
+	inParts(&b, parts)
+	if cond != "" {
+		b.S(" AND " + cond)
+	}
+	b.S(" ORDER BY part, lo")
+	for _, a := range args {
+		b.args = append(b.args, a)
+	}
+	rows, err := t.query(ctx, b.SQL(), b.Args()...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []span
+	for rows.Next() {
+		var sp span
+		if err := rows.Scan(&sp.part, &sp.lo, &sp.hi, &sp.token, &sp.attempt, &sp.consumer, &sp.leasedAt, &sp.expiresAt, &sp.done); err != nil {
+			return nil, err
+		}
+		out = append(out, sp)
+	}
+	return out, rows.Err()
+}
+
+// memberEventIDs returns the IDs of the events of span sp, by sequence.
+func (s *Store) memberEventIDs(ctx context.Context, t *writeTx, streamID int64, sp span) (map[int64]string, error) {
+	rows, err := t.query(ctx, "SELECT seq, id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq >= ? AND seq <= ?",
+		streamID, sp.part, sp.lo, sp.hi)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ids := make(map[int64]string, sp.hi-sp.lo+1)
+	for rows.Next() {
+		var seq int64
+		var id string
+		if err := rows.Scan(&seq, &id); err != nil {
+			return nil, err
+		}
+		ids[seq] = id
+	}
+	return ids, rows.Err()
+}
+
+// explode replaces spans by the leased delivery rows of their members
+// still leased, each under its member's receipt, and deletes them.
+func (s *Store) explode(ctx context.Context, t *writeTx, streamID, grp int64, sps []span) error {
+	for _, sp := range sps {
+		ids, err := s.memberEventIDs(ctx, t, streamID, sp)
+		if err != nil {
+			return err
+		}
+		var seqs []int64
+		for seq := sp.lo; seq <= sp.hi; seq++ {
+			if k := seq - sp.lo; k < int64(len(sp.done)) && sp.done[k] == '0' && ids[seq] != "" {
+				seqs = append(seqs, seq)
+			}
+		}
+		for chunk := range slices.Chunk(seqs, materializeChunk) {
+			var b Builder
+			b.S("INSERT INTO rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at) VALUES ")
+			for i, seq := range chunk {
+				if i > 0 {
+					b.S(", ")
+				}
+				b.S("(").Arg(grp).S(", ").Arg(sp.part).S(", ").Arg(seq).S(", ").Arg(ids[seq]).S(", 1, ").Arg(sp.attempt).S(", ").
+					Arg(SpanLeaseID(sp.token, seq)+SpanReceipt).S(", ").Arg(sp.consumer).S(", ").Arg(sp.leasedAt).S(", ").
+					Arg(sp.expiresAt).S(", ").Arg(sp.expiresAt).S(")")
+			}
+			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
+				return err
+			}
+		}
+		if _, err := t.exec(ctx, "DELETE FROM rheo_spans WHERE grp_id = ? AND part = ? AND lo = ?", grp, sp.part, sp.lo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// receiptValid reports whether a lease's receipt has one of the two forms
+// this package gives: its ID (a delivery row's lease) or its ID and
+// SpanReceipt (a span member's).
+func receiptValid(l rheo.Lease) bool {
+	return l.Receipt == l.ID || (l.Receipt == l.ID+SpanReceipt && SpanToken(l.ID, l.Event.Sequence) != "")
+}
+
+// spanOf returns the span of sps that holds lease l as a member still
+// leased under it: the one whose run covers its sequence and whose token
+// its ID derives from.
+func spanOf(sps []span, l rheo.Lease) (int, bool) {
+	tok := SpanToken(l.ID, l.Event.Sequence)
+	if tok == "" {
+		return 0, false
+	}
+	for j, sp := range sps {
+		seq := l.Event.Sequence
+		if sp.lo <= seq && seq <= sp.hi && sp.token == tok && sp.done[seq-sp.lo] == '0' {
+			return j, true
+		}
+	}
+	return 0, false
+}
+
+// staleOrMismatch is the error of a settle or renewal of l that found no
+// current lease under its receipt: ErrReceiptMismatch when the lease is
+// current under the other form of receipt (or under its ID, given a
+// receipt of neither form), ErrStaleLease otherwise.
+func (s *Store) staleOrMismatch(ctx context.Context, t *writeTx, streamID int64, g groupRef, l rheo.Lease) error {
+	var n int
+	err := t.queryRow(ctx, "SELECT COUNT(*) FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 "+
+		"AND lease_id IN (?, ?) AND event_id = ?",
+		g.id, l.Event.Partition, l.Event.Sequence, l.ID, l.ID+SpanReceipt, l.Event.ID).Scan(&n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		sps, err := s.spans(ctx, t, g.id, []int{l.Event.Partition}, "lo <= ? AND hi >= ?", l.Event.Sequence, l.Event.Sequence)
+		if err != nil {
+			return err
+		}
+		if j, ok := spanOf(sps, l); ok {
+			ids, err := s.memberEventIDs(ctx, t, streamID, sps[j])
+			if err != nil {
+				return err
+			}
+			if ids[l.Event.Sequence] == l.Event.ID {
+				n = 1
+			}
+		}
+	}
+	if n == 0 {
+		return staleLease(l)
+	}
+	return receiptMismatch(l)
 }
