@@ -171,7 +171,7 @@ func (s *Store) explode(ctx context.Context, t *writeTx, streamID, grp int64, sp
 					b.S(", ")
 				}
 				b.S("(").Arg(grp).S(", ").Arg(sp.part).S(", ").Arg(seq).S(", ").Arg(ids[seq]).S(", 1, ").Arg(sp.attempt).S(", ").
-					Arg(SpanLeaseID(sp.token, seq)+SpanReceipt).S(", ").Arg(sp.consumer).S(", ").Arg(sp.leasedAt).S(", ").
+					Arg(SpanLeaseID(sp.token, seq) + SpanReceipt).S(", ").Arg(sp.consumer).S(", ").Arg(sp.leasedAt).S(", ").
 					Arg(sp.expiresAt).S(", ").Arg(sp.expiresAt).S(")")
 			}
 			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
