@@ -25,26 +25,35 @@
 //     deletes its row at once, so the table is bounded by the in-flight
 //     window plus dead letters (SPEC R9). due_at is when a pending row
 //     becomes claimable (the nack's availability, or the lease's expiry).
+//   - rheo_spans(grp_id, part, lo, hi, token, attempt, consumer_id,
+//     leased_at, expires_at, done, pending, low): a run of fresh events one
+//     fetch leased together in a partition, one row instead of a leased
+//     delivery row each (see spans.go). Readers of leased rows read spans
+//     too.
 //
-// Every sequence at or below a group's cursor without a delivery row was
-// acked (or precedes the group's start), so the committed frontier needs
-// no bookkeeping: it is the sequence before the lowest pending delivery,
-// or the cursor when nothing is pending, read through a partial index on
-// pending rows. Holes block it by construction; dead letters do not.
+// Every sequence at or below a group's cursor without a delivery row (or
+// a span that holds it) was acked (or precedes the group's start), so the
+// committed frontier needs no bookkeeping: it is the sequence before the
+// lowest pending delivery, or the cursor when nothing is pending, read
+// through a partial index on pending rows and the spans' low columns. Holes block it by construction; dead letters do not.
 //
 // Times are integer microseconds since the epoch (exact for the facade's
 // microsecond times, and ordered). Payloads and metadata are JSON text
 // returned byte-identical.
 //
-// Fetch runs in one write transaction: dead-letter expired leases at the
-// attempt limit (R6), read claimable rows (due_at <= now, at most Limit per
-// partition, by sequence), share the limit across partitions round-robin
-// from a rotating first partition, claim rows with guarded UPDATEs, then
-// materialize events past the cursor directly as leased rows with one
-// multi-row INSERT and advance the cursor. Settle reads the named rows of
-// each partition once, fences every request (status leased, same lease ID,
-// same event, receipt = lease ID), deletes acked rows with one DELETE and
-// updates nacked and dead-lettered rows.
+// This package's Fetch, Settle and Renew are SQLite's (PostgreSQL has its
+// own, in single statements). Fetch runs in one write transaction: turn
+// the spans whose lease expired into leased rows, dead-letter expired
+// leases at the attempt limit (R6), read claimable rows (due_at <= now, at
+// most Limit per partition, by sequence), share the limit across
+// partitions round-robin from a rotating first partition, claim rows with
+// guarded UPDATEs, then lease the events past the cursor of each partition
+// as one span and advance the cursor. Settle deletes each span whose every
+// member the batch acks (each once, under its receipt, with its event's
+// ID), turns any other span a request names into rows, then reads the
+// named rows of each partition once, fences every request (status leased,
+// same lease ID and receipt, same event), deletes acked rows with one
+// DELETE and updates nacked and dead-lettered rows.
 //
 // # Writing SQL for both databases
 //
