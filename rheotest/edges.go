@@ -1,6 +1,8 @@
 package rheotest
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,6 +139,32 @@ func runEdges(t *testing.T, f Factory) {
 			e.ack(l)
 			e.requireLag(s, g, 0, 1, 2)
 		}},
+		{"settle_and_renew_fence_on_the_exact_lease_id", func(t *testing.T, f Factory) {
+			// A lease ID spelled with other letter case is another ID
+			// (IDs compare exactly), even where a store derives the IDs
+			// of one fetch's leases from a common token.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 3)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, 3)
+			k := slices.IndexFunc(ls, func(l rheo.Lease) bool { return caseFlipped(l.ID) != l.ID })
+			require.GreaterOrEqual(t, k, 0, "no lease ID has a letter in its last 12 characters: %v", ls)
+			forged := ls[k]
+			forged.ID = caseFlipped(ls[k].ID)
+			if rest, ok := strings.CutPrefix(ls[k].Receipt, ls[k].ID); ok {
+				forged.Receipt = forged.ID + rest
+			}
+			batch := slices.Clone(ls)
+			batch[k] = forged
+			require.ErrorIs(t, e.c.AckBatch(e.ctx, batch), rheo.ErrStaleLease)
+			_, err := e.c.Renew(e.ctx, forged, time.Minute)
+			require.ErrorIs(t, err, rheo.ErrStaleLease)
+			require.ErrorIs(t, e.c.Ack(e.ctx, forged), rheo.ErrStaleLease)
+			require.Equal(t, int64(1), e.info(s, g).Inflight, "the forged lease settled nothing")
+			e.ack(ls[k])
+			e.requireLag(s, g, 0, 3, 3)
+		}},
 		{"limit_is_shared_quota_first_then_in_turn", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(3)
@@ -153,6 +181,20 @@ func runEdges(t *testing.T, f Factory) {
 			require.Equal(t, map[int]int{0: 3, 2: 6}, perPartition(ls))
 		}},
 	})
+}
+
+// caseFlipped is id with the letter case of its last 12 characters flipped.
+func caseFlipped(id string) string {
+	b := []byte(id)
+	for i := max(0, len(b)-12); i < len(b); i++ {
+		switch c := b[i]; {
+		case 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
 }
 
 func perPartition(ls []rheo.Lease) map[int]int {

@@ -488,14 +488,14 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 }
 
 // spanTokenOf returns the token of the span a lease was fetched in ("" for
-// a delivery row's lease), and false when its receipt is neither form.
+// a delivery row's lease, and for an ID no span member has: such a lease is
+// current nowhere), and false when its receipt is neither form.
 func spanTokenOf(l rheo.Lease) (string, bool) {
 	switch l.Receipt {
 	case l.ID:
 		return "", true
 	case l.ID + sqlstore.SpanReceipt:
-		tok := sqlstore.SpanToken(l.ID, l.Event.Sequence)
-		return tok, tok != ""
+		return sqlstore.SpanToken(l.ID, l.Event.Sequence), true
 	}
 	return "", false
 }

@@ -51,7 +51,9 @@ func SpanLeaseID(token string, seq int64) string {
 }
 
 // SpanToken inverts SpanLeaseID: the token of the span whose member seq
-// would have lease ID id ("" when id is not of that shape).
+// would have lease ID id ("" when id is not of that shape). Only the
+// exact spelling SpanLeaseID gives has a token: the same digits in another
+// case are another lease ID, as they are on every store.
 func SpanToken(id string, seq int64) string {
 	if len(id) != 36 {
 		return ""
@@ -59,7 +61,11 @@ func SpanToken(id string, seq int64) string {
 	if _, err := strconv.ParseUint(id[24:], 16, 64); err != nil {
 		return ""
 	}
-	return SpanLeaseID(id, seq)
+	tok := SpanLeaseID(id, seq)
+	if SpanLeaseID(tok, seq) != id {
+		return ""
+	}
+	return tok
 }
 
 // explodeSpans replaces the spans of group grp in partition p by the
