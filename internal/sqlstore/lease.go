@@ -527,7 +527,7 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 		}
 		nowUS := micros(now)
 		for _, p := range sortedKeys(byPart) {
-			idx, err := s.settleSpans(ctx, t, ref.id, g, p, reqs, byPart[p], errs)
+			idx, err := s.settleSpans(ctx, t, ref.id, g, p, reqs, byPart[p])
 			if err != nil {
 				return err
 			}
@@ -628,7 +628,7 @@ func (s *Store) deadLetter(ctx context.Context, t *writeTx, g groupRef, p int, s
 // other request for a member turns its span into rows first. It returns
 // the requests left for the delivery rows: all but the whole acks.
 func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, p int,
-	reqs []rheo.SettleRequest, idx []int, errs []error) ([]int, error) {
+	reqs []rheo.SettleRequest, idx []int) ([]int, error) {
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, i := range idx {
 		if l := reqs[i].Lease; SpanToken(l.ID, l.Event.Sequence) != "" {
