@@ -458,12 +458,12 @@ func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time)
 			return s.staleOrMismatch(ctx, t, ref.id, g, l)
 		}
 		if l.Receipt != l.ID { // a span's member: the span becomes rows first
-			sps, err := s.spans(ctx, t, g.id, []int{l.Event.Partition}, "lo <= ? AND hi >= ?", l.Event.Sequence, l.Event.Sequence)
+			sp, ok, err := s.spanHolding(ctx, t, g.id, l)
 			if err != nil {
 				return err
 			}
-			if j, ok := spanOf(sps, l); ok {
-				if err := s.explode(ctx, t, ref.id, g.id, sps[j:j+1]); err != nil {
+			if ok {
+				if err := s.explode(ctx, t, ref.id, g.id, []span{sp}); err != nil {
 					return err
 				}
 			}

@@ -215,6 +215,20 @@ func spanOf(sps []span, l rheo.Lease) (int, bool) {
 	return 0, false
 }
 
+// spanHolding reads the span of group grp that holds lease l as a member
+// still leased under it (see spanOf), if there is one.
+func (s *Store) spanHolding(ctx context.Context, t *writeTx, grp int64, l rheo.Lease) (span, bool, error) {
+	sps, err := s.spans(ctx, t, grp, []int{l.Event.Partition}, "lo <= ? AND hi >= ?", l.Event.Sequence, l.Event.Sequence)
+	if err != nil {
+		return span{}, false, err
+	}
+	j, ok := spanOf(sps, l)
+	if !ok {
+		return span{}, false, nil
+	}
+	return sps[j], true, nil
+}
+
 // staleOrMismatch is the error of a settle or renewal of l that found no
 // current lease under its receipt: ErrReceiptMismatch when the lease is
 // current under the other form of receipt (or under its ID, given a
@@ -228,12 +242,12 @@ func (s *Store) staleOrMismatch(ctx context.Context, t *writeTx, streamID int64,
 		return err
 	}
 	if n == 0 {
-		sps, err := s.spans(ctx, t, g.id, []int{l.Event.Partition}, "lo <= ? AND hi >= ?", l.Event.Sequence, l.Event.Sequence)
+		sp, ok, err := s.spanHolding(ctx, t, g.id, l)
 		if err != nil {
 			return err
 		}
-		if j, ok := spanOf(sps, l); ok {
-			ids, err := s.memberEventIDs(ctx, t, streamID, sps[j])
+		if ok {
+			ids, err := s.memberEventIDs(ctx, t, streamID, sp)
 			if err != nil {
 				return err
 			}
