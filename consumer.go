@@ -42,11 +42,15 @@ type ConsumerConfig struct {
 	// Concurrency and, from the observed handler, fetch and settle times,
 	// holds enough leases beyond Concurrency that the handlers never wait
 	// for a fetch or a settle (at most DefaultMaxInflight(Concurrency)).
-	// Fast handlers get a deep window and fetches of about a quarter of it;
-	// slow handlers get barely more than Concurrency, so the consumer never
-	// sits on work that other workers of the group could take. A window
-	// set here is refilled the same way: while handlers have queued work,
-	// the consumer waits until a quarter of it is free before it fetches.
+	// Fast handlers get a deep window, refilled by fetches of a quarter to
+	// a half of it (at least 100) so that the next fetch is on its way
+	// while the handlers work through the last; slow handlers get barely
+	// more than Concurrency, so the consumer never sits on work that other
+	// workers of the group could take. A window set here is refilled the
+	// same way: while handlers have queued work, the consumer waits until
+	// a quarter of it is free before it fetches. Set it where the latency
+	// of a quick consumer's handler stalling matters: the leases queued
+	// behind a stalled handler wait for it.
 	MaxInflight int
 	// LeaseDuration is the lease the consumer asks for (default the client's
 	// WithLeaseDuration, 30s). Leases are renewed every half lease while
@@ -88,6 +92,9 @@ type Consumer struct {
 	// adaptive: MaxInflight was left at 0, so it is the ceiling of a window
 	// the runtime sizes from what it observes.
 	adaptive bool
+	// linger and maxLinger bound how long settles wait for others
+	// (settleLinger, settleMaxLinger; tests change them).
+	linger, maxLinger time.Duration
 
 	mu  sync.Mutex
 	cur *run // the current Run, nil when not running
@@ -95,10 +102,12 @@ type Consumer struct {
 
 // DefaultMaxInflight is the most leases a consumer with the given
 // Concurrency holds when its MaxInflight is left at 0: ten per handler, at
-// least 100, at most MaxLimit. The window only grows that far for handlers
-// that are fast next to a fetch and a settle.
+// least 1,000 (the default MaxAckPending of a NATS JetStream consumer), at
+// most MaxLimit. The window only grows that far for handlers that are fast
+// next to a fetch and a settle; a handler of 1 ms at Concurrency 1, say,
+// with fetches and settles of 1 ms each, gets a window of about 5.
 func DefaultMaxInflight(concurrency int) int {
-	return min(max(10*max(concurrency, 1), 100), MaxLimit)
+	return min(max(10*max(concurrency, 1), 1000), MaxLimit)
 }
 
 // NewConsumer checks cfg and returns a Consumer; start it with Run. An
@@ -166,10 +175,12 @@ func (c *Client) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	cfg.Partitions = append([]int(nil), cfg.Partitions...)
 	return &Consumer{
-		c:        c,
-		cfg:      cfg,
-		adaptive: adaptive,
-		log:      c.Logger().With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.ConsumerID),
+		c:         c,
+		cfg:       cfg,
+		adaptive:  adaptive,
+		linger:    settleLinger,
+		maxLinger: settleMaxLinger,
+		log:       c.Logger().With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.ConsumerID),
 	}, nil
 }
 

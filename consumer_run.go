@@ -40,6 +40,9 @@ type job struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// group is the fetch the lease came in (see settleLoop).
+	group *fetchGroup
+
 	// proc follows the handler call when the client is instrumented; set
 	// by the worker before the handler runs, read after it returns.
 	proc Process
@@ -68,6 +71,8 @@ type run struct {
 	obs Observer
 	ins Instrumentation
 	win *window // nil unless MaxInflight is sized by the runtime
+
+	linger, maxLinger time.Duration // see settleLoop
 
 	// bg outlives the caller's cancellation (with its values) so that
 	// settles and renewals still go out while the consumer stops. Handler
@@ -109,6 +114,8 @@ func newRun(k *Consumer, ctx context.Context) *run {
 	}
 	return &run{
 		win:       win,
+		linger:    k.linger,
+		maxLinger: k.maxLinger,
 		c:         k.c,
 		cfg:       k.cfg,
 		log:       k.log,
@@ -233,7 +240,9 @@ func (r *run) fetchLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		opts.Limit = free
+		// At most half the window (but 100) at once, so that the next
+		// fetch can be on its way while the handlers work through this one.
+		opts.Limit = min(free, max(size/2, minFetch, 100))
 		start := time.Now()
 		leases, err := r.fetch(opts)
 		took := time.Since(start)
@@ -284,10 +293,11 @@ func (r *run) fetch(opts FetchOptions) ([]Lease, error) {
 // dispatch tracks fresh leases and queues them for the workers.
 func (r *run) dispatch(leases []Lease) {
 	jobs := make([]*job, len(leases))
+	g := &fetchGroup{unsent: len(leases)}
 	r.mu.Lock()
 	for i, l := range leases {
 		ctx, cancel := context.WithCancelCause(context.WithValue(r.bg, leaseKey{}, l))
-		j := &job{id: l.ID, event: l.Event, ctx: ctx, hctx: ctx, cancel: cancel, lease: l, inQueue: true}
+		j := &job{id: l.ID, event: l.Event, ctx: ctx, hctx: ctx, cancel: cancel, lease: l, inQueue: true, group: g}
 		r.inflight[j] = struct{}{}
 		jobs[i] = j
 	}

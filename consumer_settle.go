@@ -7,7 +7,7 @@ import (
 )
 
 // maxSettleBatch bounds how many settles go to the backend in one call.
-const maxSettleBatch = 512
+const maxSettleBatch = MaxLimit
 
 // settleReq asks the settler to settle one job's lease.
 type settleReq struct {
@@ -18,70 +18,121 @@ type settleReq struct {
 	delay  time.Duration
 }
 
-// settleLinger is the longest a settle waits for others to share its
-// backend call.
-const settleLinger = time.Millisecond
+// fetchGroup is the leases of one fetch: unsent counts those whose settle
+// has not reached the settler yet. Only the settle loop touches it.
+type fetchGroup struct{ unsent int }
 
-// settleLoop settles leases in batches. A batch goes out as soon as it holds
-// a settle for every lease the consumer holds (nothing else could join it),
-// or after settleLinger: an idle consumer settles at once, and a busy one
-// coalesces its acks into few backend calls, which in turn frees its slots
-// in groups, so that fetches claim in groups too. It returns once the
-// channel is closed and every request (follow-up nacks included) was sent.
+// settleLinger is the longest the settler waits for another settle to
+// arrive before it sends what it holds; settleMaxLinger the longest any
+// settle waits for others to share its backend call.
+const (
+	settleLinger    = time.Millisecond
+	settleMaxLinger = 10 * time.Millisecond
+)
+
+// settleLoop settles leases in batches. It sends what it holds at once when
+// that is a settle for every lease the consumer holds (nothing else could
+// join it), and the settles of whole fetches as soon as a fetch's last one
+// arrives: a store that leases the fresh events of a fetch together (the
+// spans of PostgreSQL and SQLite) then settles them together too, in one
+// small statement, where part of a fetch costs it more than the whole. The
+// settles of fetches still in progress wait for the rest of their fetch, or
+// go out after settleLinger without a new settle or settleMaxLinger in all:
+// an idle consumer settles at once, and a busy one coalesces its acks into
+// few backend calls, which in turn frees its slots in groups, so that
+// fetches claim in groups too. It returns once the channel is closed and
+// every request (follow-up nacks included) was sent.
 func (r *run) settleLoop() {
-	var batch []settleReq
+	var pending, out []settleReq
+	var oldest time.Time // when the oldest pending settle arrived
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	open := true
-	for open || len(batch) > 0 {
-		if len(batch) == 0 {
+	for open || len(pending) > 0 {
+		complete := false // a fetch's last settle arrived
+		add := func(req settleReq) {
+			if len(pending) == 0 {
+				oldest = time.Now()
+			}
+			pending = append(pending, req)
+			if g := req.j.group; g != nil {
+				g.unsent--
+				complete = complete || g.unsent == 0
+			}
+		}
+		if len(pending) == 0 {
 			req, ok := <-r.settles
 			if !ok {
 				return
 			}
-			batch = append(batch, req)
+			add(req)
 		}
-		lingering := false
+		all := true // send everything pending, not only whole fetches
 	collect:
-		for open && len(batch) < maxSettleBatch {
+		for open && len(pending) < maxSettleBatch {
 			select {
 			case req, ok := <-r.settles:
 				if !ok {
 					open = false
 					break collect
 				}
-				batch = append(batch, req)
+				add(req)
 				continue
 			default:
 			}
-			if len(batch) >= r.count() {
+			if len(pending) >= r.count() {
 				break // every held lease is in the batch
 			}
-			if !lingering {
-				lingering = true
-				linger.Reset(settleLinger)
+			if complete {
+				all = false
+				break
 			}
+			wait := min(r.linger, r.maxLinger-time.Since(oldest))
+			if wait <= 0 {
+				break
+			}
+			linger.Reset(wait)
 			select {
 			case req, ok := <-r.settles:
+				linger.Stop()
 				if !ok {
 					open = false
 					break collect
 				}
-				batch = append(batch, req)
+				add(req)
 			case <-linger.C:
-				lingering = false
 				break collect
 			}
 		}
-		if lingering {
-			linger.Stop()
+		out = out[:0]
+		if all {
+			out = append(out, pending...)
+			clear(pending)
+			pending = pending[:0]
+		} else {
+			// Send the settles of whole fetches; keep the rest, in order.
+			keep := pending[:0]
+			for _, q := range pending {
+				if q.j.group == nil || q.j.group.unsent <= 0 {
+					out = append(out, q)
+				} else {
+					keep = append(keep, q)
+				}
+			}
+			clear(pending[len(keep):])
+			pending = keep
 		}
-		next := r.flush(batch)
-		// Reuse the batch's backing array: a settleReq carries a whole
-		// Lease, and regrowing the batch from nothing for every flush was
-		// a tenth of the runtime's own CPU time with fast handlers.
-		clear(batch)
-		batch = append(batch[:0], next...)
+		next := r.flush(out)
+		// Reuse the batches' backing arrays: a settleReq carries a whole
+		// Lease, and regrowing a batch from nothing for every flush was a
+		// tenth of the runtime's own CPU time with fast handlers.
+		clear(out)
+		if len(next) > 0 {
+			if len(pending) == 0 {
+				oldest = time.Now()
+			}
+			pending = append(pending, next...)
+		}
 	}
 }
 
