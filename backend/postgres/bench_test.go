@@ -320,3 +320,44 @@ func BenchmarkAppendBatch100PerPartition(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "events/s")
 }
+
+// BenchmarkAckSpanInParts measures what settling a span in parts costs
+// against settling it whole: one partition, fetches of 500 (one span
+// each), each acked in one AckBatch ("whole") or in AckBatches of 250 or
+// 100 leases. The consumer runtime settles a fetch's leases together for
+// this reason (see docs/performance.md).
+func BenchmarkAckSpanInParts(b *testing.B) {
+	const fetch = 500
+	for _, part := range []int{fetch, 250, 100} {
+		name := "whole"
+		if part < fetch {
+			name = fmt.Sprint("parts-of-", part)
+		}
+		b.Run(name, func(b *testing.B) {
+			be := newBackend(b)
+			c := rheo.New(be)
+			ctx := context.Background()
+			require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+			fill(b, c, "s", b.N*fetch)
+			require.NoError(b, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+			_, err := be.Pool().Exec(ctx, "VACUUM ANALYZE "+be.Schema()+".rheo_events")
+			require.NoError(b, err)
+			b.ResetTimer()
+			start := time.Now()
+			var acking time.Duration
+			for range b.N {
+				ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: fetch, ConsumerID: "w"})
+				require.NoError(b, err)
+				t := time.Now()
+				for rest := ls; len(rest) > 0; {
+					n := min(part, len(rest))
+					require.NoError(b, c.AckBatch(ctx, rest[:n]))
+					rest = rest[n:]
+				}
+				acking += time.Since(t)
+			}
+			b.ReportMetric(float64(b.N*fetch)/time.Since(start).Seconds(), "events/s")
+			b.ReportMetric(float64(acking.Microseconds())/float64(b.N), "ack-µs/fetch")
+		})
+	}
+}
