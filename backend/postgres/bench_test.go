@@ -38,6 +38,21 @@ func fill(b testing.TB, c *rheo.Client, stream string, n int) {
 	}
 }
 
+// backlog returns a client over a fresh schema whose stream "s" of the
+// given partitions holds n events, with group "g" created and the events
+// table analyzed, as a long-running table would be.
+func backlog(b *testing.B, partitions, n int) *rheo.Client {
+	be := newBackend(b)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: partitions}))
+	fill(b, c, "s", n)
+	require.NoError(b, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	_, err := be.Pool().Exec(ctx, "VACUUM ANALYZE "+be.Schema()+".rheo_events")
+	require.NoError(b, err)
+	return c
+}
+
 // BenchmarkAppendBatch100 appends batches of 100 events from 2 goroutines.
 func BenchmarkAppendBatch100(b *testing.B) {
 	be := newBackend(b)
@@ -77,14 +92,8 @@ func BenchmarkConsume(b *testing.B) {
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		be := newBackend(b)
-		c := rheo.New(be)
+		c := backlog(b, 4, n)
 		ctx := context.Background()
-		require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
-		fill(b, c, "s", n)
-		require.NoError(b, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-		_, err := be.Pool().Exec(ctx, "VACUUM ANALYZE "+be.Schema()+".rheo_events")
-		require.NoError(b, err)
 		b.StartTimer()
 		start := time.Now()
 		var done atomic.Int64
@@ -334,14 +343,8 @@ func BenchmarkAckSpanInParts(b *testing.B) {
 			name = fmt.Sprint("parts-of-", part)
 		}
 		b.Run(name, func(b *testing.B) {
-			be := newBackend(b)
-			c := rheo.New(be)
+			c := backlog(b, 1, b.N*fetch)
 			ctx := context.Background()
-			require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
-			fill(b, c, "s", b.N*fetch)
-			require.NoError(b, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-			_, err := be.Pool().Exec(ctx, "VACUUM ANALYZE "+be.Schema()+".rheo_events")
-			require.NoError(b, err)
 			b.ResetTimer()
 			start := time.Now()
 			var acking time.Duration
