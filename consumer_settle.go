@@ -84,7 +84,10 @@ func (r *run) settleLoop() {
 				break // every held lease is in the batch
 			}
 			if complete {
-				all = false
+				// Whole fetches go now; the rest wait too, unless the
+				// oldest has waited its most (a stalled handler's fetch
+				// must not hold back the rest of it while others flow).
+				all = time.Since(oldest) >= r.maxLinger
 				break
 			}
 			wait := min(r.linger, r.maxLinger-time.Since(oldest))
