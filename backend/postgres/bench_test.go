@@ -332,12 +332,12 @@ func BenchmarkAppendBatch100PerPartition(b *testing.B) {
 
 // BenchmarkAckSpanInParts measures what settling a span in parts costs
 // against settling it whole: one partition, fetches of 500 (one span
-// each), each acked in one AckBatch ("whole") or in AckBatches of 250 or
-// 100 leases. The consumer runtime settles a fetch's leases together for
+// each), each acked in one AckBatch ("whole") or in AckBatches of 250, 100
+// or 10 leases. The consumer runtime settles a fetch's leases together for
 // this reason (see docs/performance.md).
 func BenchmarkAckSpanInParts(b *testing.B) {
 	const fetch = 500
-	for _, part := range []int{fetch, 250, 100} {
+	for _, part := range []int{fetch, 250, 100, 10} {
 		name := "whole"
 		if part < fetch {
 			name = fmt.Sprint("parts-of-", part)

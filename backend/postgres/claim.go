@@ -432,8 +432,8 @@ WHERE grp_id = $1 AND part = $2 AND seq = $3 AND status = 1 AND lease_id = $4 AN
 const renewSpanSQL = `
 WITH s AS (
 	UPDATE {S}rheo_spans s SET done = overlay(s.done placing '1' from ($3 - s.lo + 1)::int for 1), pending = s.pending - 1,
-		low = s.lo - 1 + coalesce((SELECT min(k) FROM generate_series(1, length(s.done)) k
-			WHERE substr(s.done, k, 1) = '0' AND k <> ($3 - s.lo + 1)::int), 0)
+		low = s.lo - 1 + coalesce((SELECT min(d.k) FROM unnest(string_to_array(s.done, NULL)) WITH ORDINALITY d(c, k)
+			WHERE d.c = '0' AND d.k <> $3 - s.lo + 1), 0)
 	WHERE s.grp_id = $1 AND s.part = $2 AND s.lo = (SELECT max(x.lo) FROM {S}rheo_spans x WHERE x.grp_id = $1 AND x.part = $2 AND x.lo <= $3)
 		AND s.hi >= $3 AND s.token = $7
 		AND substr(s.done, ($3 - s.lo + 1)::int, 1) = '0' AND s.ids[$3 - s.lo + 1] = hashtextextended($6, 0)
@@ -582,43 +582,57 @@ const settledSet = `
 		lease_id = NULL, consumer_id = NULL, expires_at = NULL`
 
 // settleSpans settles the requests for members of spans (tok, the span's
-// token, is set), part of both settle statements: sp finds each one's
-// span, still holding the member and fenced on its event ID (the only span
-// that can hold a sequence is the one that starts closest below it: spans
-// of a partition never overlap; reading the index backwards from the
-// sequence finds it first, past none of the spans deleted since the last
-// vacuum); spu marks
-// the members of each span settled in one update that re-checks, on the
-// span's newest version, that none of them was settled meanwhile (a
-// concurrent settle of one of them leaves them all to the next
-// statement); spn writes the delivery row of each nacked, rejected or
-// released member, available again or dead as settledSet would make it (a
-// member had no row, so no reason: a released one gets none); spr lists
-// the requests settled.
+// token, is set), part of both settle statements: sp1 finds each one's
+// span (the only span that can hold a sequence is the one that starts
+// closest below it: spans of a partition never overlap; reading the index
+// backwards from the sequence finds it first, past none of the spans
+// deleted since the last vacuum); sm reads each of those spans' members
+// once (its event ID hashes and settled marks, unnested together, so a
+// batch of m members of a span of n costs O(n + m), not a read of the
+// whole arrays per request); sp keeps the requests whose member is still
+// leased under the span and fenced on its event ID; spu marks the members
+// of each span settled in one update that re-checks, on the span's newest
+// version, that none of them was settled meanwhile (a concurrent settle of
+// one of them leaves them all to the next statement); spn writes the
+// delivery row of each nacked, rejected or released member, available
+// again or dead as settledSet would make it (a member had no row, so no
+// reason: a released one gets none); spr lists the requests settled.
 const settleSpans = `
-sp AS MATERIALIZED (
-	SELECT r.i, r.kind, r.reason, r.avail, r.part, r.seq, r.event_id, r.tok, s.lo, s.attempt, s.leased_at
+sp1 AS MATERIALIZED (
+	SELECT r.i, r.kind, r.reason, r.avail, r.part, r.seq, r.event_id, r.tok, s.lo
 	FROM r CROSS JOIN LATERAL (
-		SELECT s.lo, s.hi, s.token, s.done, s.ids, s.attempt, s.leased_at FROM {S}rheo_spans s
+		SELECT s.lo, s.hi, s.token FROM {S}rheo_spans s
 		WHERE s.grp_id = $1 AND s.part = r.part AND s.lo <= r.seq
 		ORDER BY s.lo DESC LIMIT 1
 	) s
 	WHERE r.tok <> '' AND s.hi >= r.seq AND s.token = r.tok
-		AND substr(s.done, (r.seq - s.lo + 1)::int, 1) = '0' AND s.ids[r.seq - s.lo + 1] = hashtextextended(r.event_id, 0)
+),
+sm AS MATERIALIZED (
+	SELECT s.part, s.lo, s.attempt, s.leased_at, u.h, u.c, u.k
+	FROM (SELECT DISTINCT part, lo FROM sp1) x
+	JOIN {S}rheo_spans s ON s.grp_id = $1 AND s.part = x.part AND s.lo = x.lo
+	CROSS JOIN LATERAL unnest(s.ids, string_to_array(s.done, NULL)) WITH ORDINALITY u(h, c, k)
+),
+sp AS MATERIALIZED (
+	SELECT r.i, r.kind, r.reason, r.avail, r.part, r.seq, r.event_id, r.tok, r.lo, m.attempt, m.leased_at
+	FROM sp1 r JOIN sm m ON m.part = r.part AND m.lo = r.lo AND m.k = r.seq - r.lo + 1
+	WHERE m.c = '0' AND m.h = hashtextextended(r.event_id, 0)
 ),
 sx AS (
 	SELECT part, lo, tok, array_agg((seq - lo + 1)::int) AS pos, count(*)::int AS n FROM sp GROUP BY part, lo, tok
 ),
 spu AS (
 	UPDATE {S}rheo_spans s SET
-		done = (SELECT string_agg(CASE WHEN k = ANY(sx.pos) THEN '1' ELSE substr(s.done, k, 1) END, '' ORDER BY k)
-			FROM generate_series(1, length(s.done)) k),
-		pending = s.pending - sx.n,
-		low = s.lo - 1 + coalesce((SELECT min(k) FROM generate_series(1, length(s.done)) k
-			WHERE substr(s.done, k, 1) = '0' AND k <> ALL(sx.pos)), 0)
+		(done, low) = (
+			SELECT string_agg(CASE WHEN q.k IS NULL THEN d.c ELSE '1' END, '' ORDER BY d.k),
+				s.lo - 1 + coalesce(min(d.k) FILTER (WHERE d.c = '0' AND q.k IS NULL), 0)
+			FROM unnest(string_to_array(s.done, NULL)) WITH ORDINALITY d(c, k)
+			LEFT JOIN (SELECT DISTINCT unnest(sx.pos) AS k) q ON q.k = d.k),
+		pending = s.pending - sx.n
 	FROM sx
 	WHERE s.grp_id = $1 AND s.part = sx.part AND s.lo = sx.lo AND s.token = sx.tok
-		AND NOT EXISTS (SELECT 1 FROM unnest(sx.pos) q WHERE substr(s.done, q, 1) <> '0')
+		AND NOT EXISTS (SELECT 1 FROM unnest(string_to_array(s.done, NULL)) WITH ORDINALITY d(c, k)
+			JOIN unnest(sx.pos) q(k) ON q.k = d.k WHERE d.c <> '0')
 	RETURNING s.part, s.lo
 ),
 spr AS (SELECT sp.* FROM sp JOIN spu ON spu.part = sp.part AND spu.lo = sp.lo),
