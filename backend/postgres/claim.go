@@ -608,9 +608,12 @@ sp1 AS MATERIALIZED (
 	WHERE r.tok <> '' AND s.hi >= r.seq AND s.token = r.tok
 ),
 sm AS MATERIALIZED (
-	SELECT s.part, s.lo, s.attempt, s.leased_at, u.h, u.c, u.k
-	FROM (SELECT DISTINCT part, lo FROM sp1) x
-	JOIN {S}rheo_spans s ON s.grp_id = $1 AND s.part = x.part AND s.lo = x.lo
+	SELECT s.tid, s.part, s.lo, s.attempt, s.leased_at, u.h, u.c, u.k
+	FROM (SELECT DISTINCT part, lo FROM sp1) x CROSS JOIN LATERAL (
+		SELECT s.ctid AS tid, s.part, s.lo, s.attempt, s.leased_at, s.ids, s.done FROM {S}rheo_spans s
+		WHERE s.grp_id = $1 AND s.part = x.part AND s.lo = x.lo
+		LIMIT 1
+	) s
 	CROSS JOIN LATERAL unnest(s.ids, string_to_array(s.done, NULL)) WITH ORDINALITY u(h, c, k)
 ),
 sp AS MATERIALIZED (
@@ -630,7 +633,7 @@ spu AS (
 			LEFT JOIN (SELECT DISTINCT unnest(sx.pos) AS k) q ON q.k = d.k),
 		pending = s.pending - sx.n
 	FROM sx
-	WHERE s.grp_id = $1 AND s.part = sx.part AND s.lo = sx.lo AND s.token = sx.tok
+	WHERE {SPANROWS} AND s.part = sx.part AND s.lo = sx.lo AND s.token = sx.tok
 		AND NOT EXISTS (SELECT 1 FROM unnest(string_to_array(s.done, NULL)) WITH ORDINALITY d(c, k)
 			JOIN unnest(sx.pos) q(k) ON q.k = d.k WHERE d.c <> '0')
 	RETURNING s.part, s.lo
@@ -738,6 +741,13 @@ func (b *Backend) ackSpans(ctx context.Context, g groupRef, parts []int32, seqs 
 	}
 	return nil
 }
+
+// spanTIDs makes settleSpans' update reach the spans sm read by their
+// tuple IDs, and only so (with the group's ID beside them, the planner
+// may prefer a scan of the group's spans: the settle transaction plans
+// without nested loops). A tuple ID names one version of a span of this
+// group; on a newer version it no longer matches.
+const spanTIDs = `s.ctid = ANY(ARRAY(SELECT DISTINCT tid FROM sm))`
 
 // noSpans stands for settleSpans in settleRowsSQL, the settle statement of
 // batches that name no span's member: the same statement without the work
@@ -1046,9 +1056,12 @@ func (b *Backend) prepareTexts() {
 		set := strings.NewReplacer("{R}", r, "{A}", "d.attempt", "{O}", "d.reason").Replace(settledSet)
 		return b.sqlf(due(strings.NewReplacer("{SETTLED}", set, "{SPANS}", spans).Replace(q)))
 	}
-	b.settleSQL = settle(settleSQL, "k", spans)
+	// The first statement updates the spans it read by tuple ID: one
+	// changed meanwhile has a new one and is left to settleJoinSQL, which
+	// re-checks the members on the span's newest version (as for rows).
+	b.settleSQL = settle(settleSQL, "k", strings.ReplaceAll(spans, "{SPANROWS}", spanTIDs))
 	b.settleRowsSQL = settle(settleSQL, "k", noSpans)
-	b.settleJoinSQL = settle(settleJoinSQL, "r", spans)
+	b.settleJoinSQL = settle(settleJoinSQL, "r", strings.ReplaceAll(spans, "{SPANROWS}", "s.grp_id = $1"))
 	b.explodeFetch = b.sqlf(memberIDs(explodeFetchSQL))
 	b.ackSpansSQL = b.sqlf(ackSpansSQL)
 	b.otherReceiptSQL = b.sqlf(otherReceiptSQL)

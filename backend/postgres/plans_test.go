@@ -232,3 +232,56 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 		require.Greater(t, l.Event.Sequence, int64(500), "a delayed retry came back a day early")
 	}
 }
+
+// TestPartialSpanSettleReadsOnlyItsSpan: a settle of some members of a span
+// reads that span, not every span the group holds (the settle transaction
+// plans without nested loops, so a join with the spans table would be a
+// scan of the group's spans).
+func TestPartialSpanSettleReadsOnlyItsSpan(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 500}))
+	msgs := make([]rheo.Message, 1000)
+	for i := range msgs {
+		msgs[i] = rheo.Message{Type: "t", Key: strconv.Itoa(i), Payload: []byte(`{}`)}
+	}
+	for range 2 {
+		_, err := c.AppendBatch(ctx, "s", msgs)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	var held []rheo.Lease
+	for {
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 500, LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		if len(ls) == 0 {
+			break
+		}
+		held = append(held, ls...)
+	}
+	var spans int
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT count(*) FROM "+be.Schema()+".rheo_spans").Scan(&spans))
+	require.Greater(t, spans, 500, "the group holds many spans")
+	var gid int64
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
+	l := held[0]
+	lines := explain(t, be, postgres.SettleGUCsForTest, be.SettleSQLForTest(), gid, time.Now().UnixMicro(),
+		[]int32{int32(l.Event.Partition)}, []int64{l.Event.Sequence}, []string{l.ID}, []string{l.Event.ID}, []int32{1},
+		[]string{""}, []int64{0}, 5, "chan", "s", []string{sqlstore.SpanToken(l.ID, l.Event.Sequence)})
+	reads := 0
+	for _, line := range lines {
+		if !strings.Contains(line, "on rheo_spans") {
+			continue
+		}
+		reads++
+		i := strings.Index(line, "actual time=")
+		require.Positive(t, i, line)
+		f := strings.Fields(line[i:])
+		require.True(t, strings.HasPrefix(f[2], "rows="), line)
+		rows, err := strconv.Atoi(strings.TrimPrefix(f[2], "rows="))
+		require.NoError(t, err)
+		require.LessOrEqual(t, rows, 1, "a read of more spans than the settle names: %s", line)
+	}
+	require.Positive(t, reads)
+}
