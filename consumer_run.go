@@ -242,7 +242,7 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		}
 		// At most half the window (but 100) at once, so that the next
 		// fetch can be on its way while the handlers work through this one.
-		opts.Limit = min(free, max(size/2, minFetch, 100))
+		opts.Limit = min(free, max(size/2, 100))
 		start := time.Now()
 		leases, err := r.fetch(opts)
 		took := time.Since(start)

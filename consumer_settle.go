@@ -55,10 +55,8 @@ func (r *run) settleLoop() {
 				oldest = time.Now()
 			}
 			pending = append(pending, req)
-			if g := req.j.group; g != nil {
-				g.unsent--
-				complete = complete || g.unsent == 0
-			}
+			req.j.group.unsent--
+			complete = complete || req.j.group.unsent == 0
 		}
 		if len(pending) == 0 {
 			req, ok := <-r.settles
@@ -116,7 +114,7 @@ func (r *run) settleLoop() {
 			// Send the settles of whole fetches; keep the rest, in order.
 			keep := pending[:0]
 			for _, q := range pending {
-				if q.j.group == nil || q.j.group.unsent <= 0 {
+				if q.j.group.unsent <= 0 {
 					out = append(out, q)
 				} else {
 					keep = append(keep, q)

@@ -593,7 +593,9 @@ const settledSet = `
 // leased under the span and fenced on its event ID; spu marks the members
 // of each span settled in one update that re-checks, on the span's newest
 // version, that none of them was settled meanwhile (a concurrent settle of
-// one of them leaves them all to the next statement); spn writes the
+// one of them leaves them all to the next statement); {SPANROWS} is how it
+// finds the spans (spanTIDs in the first statement, the group's ID in the
+// join statement that follows it); spn writes the
 // delivery row of each nacked, rejected or released member, available
 // again or dead as settledSet would make it (a member had no row, so no
 // reason: a released one gets none); spr lists the requests settled.
