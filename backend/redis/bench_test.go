@@ -132,7 +132,7 @@ func memoryInfo(b *testing.B, rc interface {
 }
 
 // BenchmarkMemory reports Redis memory per retained event (entry plus ID
-// index) and per in-flight lease (fence, due-time entry and pending entry),
+// index) and per in-flight lease (fence and due-time entry),
 // from INFO memory deltas over 20,000 events with the payload of the other
 // benchmarks. Run it alone, with a small -benchtime (1x is enough): other
 // clients of the server skew the deltas, and each iteration loads 20,000

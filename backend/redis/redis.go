@@ -2,9 +2,10 @@
 //
 // Each partition of a rheo stream is one Redis stream whose entry IDs are
 // "<sequence>-0"; each rheo group is one Redis consumer group on every
-// partition stream, and its pending-entries list holds exactly the
-// deliveries that were offered and are not terminal. A lease's Receipt is
-// the Redis entry ID. Every claim, renew, settle and append is one Lua
+// partition stream, whose last-delivered ID is the group's cursor; the
+// group's own hashes and sorted sets hold its leases, due times and
+// frontier (Redis's pending-entries list is not used: fetches read with
+// NOACK). A lease's Receipt is the Redis entry ID. Every claim, renew, settle and append is one Lua
 // script, so Redis applies it atomically; leases expire on rheo's clock (the
 // time the client passes), never on Redis idle time.
 //

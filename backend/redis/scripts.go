@@ -225,7 +225,7 @@ local function set_due(p, ss, at, leased)
   redis.call('ZADD', gb .. 'd:' .. p, at, ss)
 end
 -- reopen makes an offered delivery available now with attempts reset,
--- wherever it was: leased or waiting (in the PEL), acked or dead-lettered.
+-- wherever it was: leased or waiting, acked or dead-lettered.
 local function reopen(p, seq)
   local ss = fmt(seq)
   local lkey = gb .. 'l:' .. p
@@ -237,7 +237,6 @@ local function reopen(p, seq)
     else
       redis.call('ZREM', gb .. 't:' .. p, ss)
     end
-    redis.call('XCLAIM', skey(p), group, 'rheo', 0, ss .. '-0', 'FORCE', 'JUSTID')
   end
   redis.call('HSET', lkey, ss, ':0')
   set_due(p, ss, 0, false)
@@ -628,13 +627,14 @@ local function take(p, want)
       due_lease(p)
       bulk({'HSET', lkey}, hset, 1000)
       bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
+      -- Each entry is read by its ID (a trimmed one is not there); the
+      -- group's pending-entries list is not involved (see XREADGROUP below).
       local red = {}
-      for _, r in ipairs(bulk({'XCLAIM', sk, group, 'rheo', 0}, claim, 1000, {'FORCE'})) do
-        for _, ent in ipairs(r) do
-          local row = rows[ent[1]]
-          if row then
-            red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = ent[2]
-          end
+      for _, eid in ipairs(claim) do
+        local ent = redis.call('XRANGE', sk, eid, eid)[1]
+        local row = rows[eid]
+        if ent and row then
+          red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = ent[2]
         end
       end
       if #red > 0 then
@@ -643,9 +643,13 @@ local function take(p, want)
       end
     end
   end
-  -- Events not offered yet.
+  -- Events not offered yet. NOACK: the lease table l:<p> is the record of
+  -- what is offered; the group's pending-entries list would only repeat it
+  -- (adding and acking its entries was a third of a fetch and settle's
+  -- time). XREADGROUP still moves the group's last-delivered ID, the
+  -- cursor.
   if got < want and not newdone[p] then
-    local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'STREAMS', sk, '>')
+    local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'NOACK', 'STREAMS', sk, '>')
     local ents = (r and r[1] and r[1][2]) or {}
     if #ents < want - got then newdone[p] = true end
     got = got + lease_fresh(p, ents)
@@ -660,7 +664,7 @@ end
 -- left of the limit, so every partition gets exactly what take would have
 -- given it. Returns how many it leased, and how many of each partition.
 local function take_fresh_run(i, j, quota)
-  local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'STREAMS'}
+  local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'NOACK', 'STREAMS'}
   local at = {}
   for x = i, j do
     local sk = skey(parts[x])
@@ -746,7 +750,9 @@ return out
 // position (fencing on both, like every backend). Returns one code per
 // request in that order: 0 settled, 1 stale lease, 2 receipt mismatch
 // (after the fence, as on every backend).
-var settleScript = goredis.NewScript(common + groupCommon + `
+var settleScript = goredis.NewScript(settleSource)
+
+const settleSource = common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = ARGV[4]
 local n = tonumber(ARGV[5])
@@ -839,7 +845,9 @@ for gi = 1, g do
     bulk({'ZREM', dkey}, rm, 1000)
     unpin(dkey)
     unready[#unready + 1] = {p, rm}
-    -- XACK reads a bare sequence as the entry ID <sequence>-0.
+    -- Only leases of stores written by earlier versions, which kept the
+    -- group's pending-entries list, have an entry there to remove (XACK
+    -- reads a bare sequence as the entry ID <sequence>-0).
     bulk({'XACK', skey(p), group}, rm, 1000)
   end
   q = q + c
@@ -859,7 +867,7 @@ end
 flush_frontier()
 if woke then wake() end
 return res
-`)
+`
 
 // renew: ARGV[4] partition, ARGV[5] seq, ARGV[6] lease ID, ARGV[7] receipt,
 // ARGV[8] new expiry (µs), ARGV[9] event ID. Returns 0, 1 (stale) or 2

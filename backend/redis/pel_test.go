@@ -1,0 +1,103 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/redis"
+)
+
+// pelSizes is the size of group g's pending-entries list on each of the
+// parts partition streams of stream s.
+func pelSizes(t *testing.T, rc goredis.UniversalClient, b *redis.Backend, s, g string, parts int) []int64 {
+	t.Helper()
+	out := make([]int64, parts)
+	for p := range parts {
+		pel, err := rc.XPending(context.Background(), fmt.Sprintf("%s{%s}:s:%d", b.KeyPrefix(), s, p), g).Result()
+		require.NoError(t, err)
+		out[p] = pel.Count
+	}
+	return out
+}
+
+// TestPendingEntriesListStaysEmpty: the lease table is the record of what
+// is offered, so fetches leave the group's pending-entries list empty,
+// whether they claim fresh events, expired leases, nacked or reopened
+// deliveries; the cursor (the group's last-delivered ID) still moves, and
+// every claim still returns its event.
+func TestPendingEntriesListStaysEmpty(t *testing.T) {
+	b, rc := newBackend(t)
+	c, clk, ls := leased(t, b, "log", "g", 2, 40, 5, time.Second, "w1")
+	ctx := context.Background()
+	empty := []int64{0, 0}
+	require.Equal(t, empty, pelSizes(t, rc, b, "log", "g", 2), "fresh leases")
+	lag, err := c.Lag(ctx, "log", "g")
+	require.NoError(t, err)
+	require.EqualValues(t, 40, lag.Total, "offered, none terminal")
+
+	// Half expire, a quarter are nacked, the rest acked.
+	require.NoError(t, c.AckBatch(ctx, ls[:10]))
+	for _, l := range ls[10:20] {
+		require.NoError(t, c.Nack(ctx, l, "again"))
+	}
+	clk.Advance(2 * time.Second)
+	again, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, again, 30)
+	for _, l := range again {
+		require.Equal(t, 2, l.Attempt)
+		require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, l.Event.Sequence*2-2+int64(l.Event.Partition)), string(l.Event.Payload), "a claimed-again lease carries its event")
+	}
+	require.Equal(t, empty, pelSizes(t, rc, b, "log", "g", 2), "claimed again")
+	require.NoError(t, c.AckBatch(ctx, again))
+
+	// A replay reopens them all; claiming them again keeps the list empty.
+	_, err = c.Replay(ctx, "log", "g", rheo.FromSequence(0))
+	require.NoError(t, err)
+	replayed, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, replayed, 40)
+	require.Equal(t, empty, pelSizes(t, rc, b, "log", "g", 2), "reopened and claimed")
+	require.NoError(t, c.AckBatch(ctx, replayed))
+	lag, err = c.Lag(ctx, "log", "g")
+	require.NoError(t, err)
+	require.Zero(t, lag.Total)
+}
+
+// TestPendingEntriesOfEarlierVersions: a store written by earlier versions
+// holds a pending entry for every offered delivery that is not terminal.
+// Settles remove them, whether the lease is settled by its holder or
+// claimed again after it expired, and a fetch past them still claims the
+// rest.
+func TestPendingEntriesOfEarlierVersions(t *testing.T) {
+	b, rc := newBackend(t)
+	c, clk, ls := leased(t, b, "log", "g", 2, 20, 5, time.Second, "w1")
+	ctx := context.Background()
+	// What an earlier version's fetch left beside the leases.
+	for _, l := range ls {
+		require.NoError(t, rc.Do(ctx, "XCLAIM", fmt.Sprintf("%s{log}:s:%d", b.KeyPrefix(), l.Event.Partition), "g", "rheo", 0,
+			l.Receipt, "FORCE", "JUSTID").Err())
+	}
+	require.Equal(t, []int64{10, 10}, pelSizes(t, rc, b, "log", "g", 2))
+	require.NoError(t, c.AckBatch(ctx, ls[:10]))
+	clk.Advance(2 * time.Second)
+	again, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, again, 10)
+	var left int64
+	for _, n := range pelSizes(t, rc, b, "log", "g", 2) {
+		left += n
+	}
+	require.EqualValues(t, 10, left, "the expired leases' entries stay until they settle")
+	require.NoError(t, c.AckBatch(ctx, again))
+	require.Equal(t, []int64{0, 0}, pelSizes(t, rc, b, "log", "g", 2))
+	lag, err := c.Lag(ctx, "log", "g")
+	require.NoError(t, err)
+	require.Zero(t, lag.Total)
+}
