@@ -43,7 +43,7 @@ type ConsumerConfig struct {
 	// holds enough leases beyond Concurrency that the handlers never wait
 	// for a fetch or a settle (at most DefaultMaxInflight(Concurrency)).
 	// Fast handlers get a deep window, refilled by fetches of a quarter to
-	// a half of it (at least 100) so that the next fetch is on its way
+	// a half of it (at least 100, at most 500) so that the next fetch is on its way
 	// while the handlers work through the last; slow handlers get barely
 	// more than Concurrency, so the consumer never sits on work that other
 	// workers of the group could take. A window set here is refilled the
@@ -102,13 +102,19 @@ type Consumer struct {
 
 // DefaultMaxInflight is the most leases a consumer with the given
 // Concurrency holds when its MaxInflight is left at 0: ten per handler, at
-// least 1,000 (the default MaxAckPending of a NATS JetStream consumer), at
-// most MaxLimit. The window only grows that far for handlers that are fast
+// least 2,000 (room for four fetches of maxWindowFetch: one being handled,
+// one on its way, and the settles of the ones before), at most MaxLimit. The window only grows that far for handlers that are fast
 // next to a fetch and a settle; a handler of 1 ms at Concurrency 1, say,
 // with fetches and settles of 1 ms each, gets a window of about 5.
 func DefaultMaxInflight(concurrency int) int {
-	return min(max(10*max(concurrency, 1), 1000), MaxLimit)
+	return min(max(10*max(concurrency, 1), 2000), MaxLimit)
 }
+
+// maxWindowFetch is the most leases the consumer asks for in one fetch: a
+// larger fetch only makes the handlers wait longer for its first lease
+// and the store hold its locks (PostgreSQL) or its one thread (Redis)
+// longer, where the per-call cost it saves is already small.
+const maxWindowFetch = 500
 
 // NewConsumer checks cfg and returns a Consumer; start it with Run. An
 // invalid config is ErrInvalidArgument naming the field.

@@ -240,9 +240,10 @@ func (r *run) fetchLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		// At most half the window (but 100) at once, so that the next
-		// fetch can be on its way while the handlers work through this one.
-		opts.Limit = min(free, max(size/2, 100))
+		// At most half the window (but 100, and at most maxWindowFetch) at
+		// once, so that the next fetch can be on its way while the
+		// handlers work through this one.
+		opts.Limit = min(free, max(min(size/2, maxWindowFetch), 100))
 		start := time.Now()
 		leases, err := r.fetch(opts)
 		took := time.Since(start)

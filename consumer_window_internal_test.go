@@ -7,7 +7,7 @@ import (
 
 func TestDefaultMaxInflightIsTenPerHandlerWithinBounds(t *testing.T) {
 	for _, c := range []struct{ concurrency, want int }{
-		{0, 1000}, {1, 1000}, {8, 1000}, {100, 1000}, {101, 1010}, {999, 9990}, {1000, MaxLimit}, {MaxLimit, MaxLimit},
+		{0, 2000}, {1, 2000}, {8, 2000}, {100, 2000}, {200, 2000}, {201, 2010}, {999, 9990}, {1000, MaxLimit}, {MaxLimit, MaxLimit},
 	} {
 		if got := DefaultMaxInflight(c.concurrency); got != c.want {
 			t.Errorf("DefaultMaxInflight(%d) = %d, want %d", c.concurrency, got, c.want)

@@ -36,7 +36,8 @@ func (f *fetchLimits) max() int {
 
 // With only Concurrency set, a consumer whose handlers are fast holds more
 // leases than it runs handlers: its fetches grow past Concurrency. With an
-// explicit MaxInflight it never fetches more than that.
+// explicit MaxInflight it never fetches more than that, nor more than 500
+// at once.
 func TestConsumerDefaultWindowPrefetchesForFastHandlers(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -48,6 +49,10 @@ func TestConsumerDefaultWindowPrefetchesForFastHandlers(t *testing.T) {
 		}},
 		{"explicit", 2, func(t *testing.T, largest int) {
 			require.LessOrEqual(t, largest, 2, "largest fetch with MaxInflight 2")
+		}},
+		// A deep window is refilled 500 leases at a time, not half of it.
+		{"deep", 5000, func(t *testing.T, largest int) {
+			require.Equal(t, 500, largest, "largest fetch with MaxInflight 5000 over a backlog of 3000")
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

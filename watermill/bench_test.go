@@ -107,7 +107,7 @@ func rheoConsume(b *testing.B, c *rheo.Client, topic string, concurrency int) {
 	publishAll(b, pub, topic, benchMessages(b.N))
 	analyze(b, c)
 	// The subscriber's defaults but for Concurrency: its window grows to
-	// 1,000 leases here (rheo.DefaultMaxInflight), fetched up to 500 at a
+	// 2,000 leases here (rheo.DefaultMaxInflight), fetched up to 500 at a
 	// time.
 	sub, err := rheowatermill.NewSubscriber(rheowatermill.SubscriberConfig{Client: c, Concurrency: concurrency})
 	require.NoError(b, err)

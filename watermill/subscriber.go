@@ -58,10 +58,11 @@ type SubscriberConfig struct {
 	// sizes it the way rheo's consumer sizes a window whose MaxInflight is
 	// 0: it starts at Concurrency and, for handlers that are quick next to
 	// a fetch and a settle, grows up to rheo.DefaultMaxInflight(Concurrency)
-	// (1,000 for Concurrency up to 100), fetching a quarter to a half of it
-	// at a time and settling each fetch's messages together; slow handlers
-	// keep it near Concurrency. The messages prefetched behind a handler
-	// that stalls wait for it: set Prefetch where that latency matters.
+	// (2,000 for Concurrency up to 200), fetching a quarter to a half of it
+	// (at most 500) at a time and settling each fetch's messages together;
+	// slow handlers keep it near Concurrency. The messages prefetched
+	// behind a handler that stalls wait for it: set Prefetch where that
+	// latency matters.
 	// Prefetched messages that Close hands back unhandled are released:
 	// their claims do not count as attempts.
 	Prefetch int

@@ -595,7 +595,7 @@ func TestBenchReportsRatesAndSettings(t *testing.T) {
 	require.Regexp(t, `(?m)^backend memory:, stream bench-\w+: events 100, partitions 1, append batch 100, fetch limit 100, consumers 1, idle groups 0$`, out)
 	require.Regexp(t, `(?m)^consume\s+Fetch\(Limit 100\)\+AckBatch x1\s+100\s+`, out)
 	// The runtime runs with only Concurrency set: the default window.
-	require.Regexp(t, `(?m)^runtime\s+Consumer \(Concurrency 1, default window ≤ 1000\)\s+100\s+`, out)
+	require.Regexp(t, `(?m)^runtime\s+Consumer \(Concurrency 1, default window ≤ 2000\)\s+100\s+`, out)
 }
 
 func TestFieldValuesAreJSONTyped(t *testing.T) {
