@@ -42,13 +42,14 @@ type ConsumerConfig struct {
 	// Concurrency and, from the observed handler, fetch and settle times,
 	// holds enough leases beyond Concurrency that the handlers never wait
 	// for a fetch or a settle (at most DefaultMaxInflight(Concurrency)).
-	// Fast handlers get a deep window, refilled by fetches of a quarter to
-	// a half of it (at least 100, at most 500) so that the next fetch is on its way
-	// while the handlers work through the last; slow handlers get barely
-	// more than Concurrency, so the consumer never sits on work that other
-	// workers of the group could take. A window set here is refilled the
-	// same way: while handlers have queued work, the consumer waits until
-	// a quarter of it is free before it fetches. Set it where the latency
+	// Fast handlers get a deep window, refilled by fetches of half of it,
+	// at least 100 and at most 500 leases each, so that the next fetch is
+	// on its way while the handlers work through the last; slow handlers
+	// get barely more than Concurrency, so the consumer never sits on work
+	// that other workers of the group could take. A window set here is
+	// refilled the same way: while handlers have queued work, the consumer
+	// waits until a quarter of it (at most 500 leases) is free before it
+	// fetches. Set it where the latency
 	// of a quick consumer's handler stalling matters: the leases queued
 	// behind a stalled handler wait for it.
 	MaxInflight int
@@ -102,10 +103,11 @@ type Consumer struct {
 
 // DefaultMaxInflight is the most leases a consumer with the given
 // Concurrency holds when its MaxInflight is left at 0: ten per handler, at
-// least 2,000 (room for four fetches of maxWindowFetch: one being handled,
-// one on its way, and the settles of the ones before), at most MaxLimit. The window only grows that far for handlers that are fast
-// next to a fetch and a settle; a handler of 1 ms at Concurrency 1, say,
-// with fetches and settles of 1 ms each, gets a window of about 5.
+// least 2,000 (room for four fetches of 500 leases, the most one asks for:
+// one being handled, one on its way, and the settles of the ones before),
+// at most MaxLimit. The window only grows that far for handlers that are
+// fast next to a fetch and a settle; a handler of 1 ms at Concurrency 1,
+// say, with fetches and settles of 1 ms each, gets a window of about 5.
 func DefaultMaxInflight(concurrency int) int {
 	return min(max(10*max(concurrency, 1), 2000), MaxLimit)
 }

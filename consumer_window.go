@@ -80,8 +80,9 @@ func (w *window) limits() (size, minFetch int) {
 }
 
 // refillMin is the smallest fetch worth making into a window of size
-// leases while the handlers still have queued work: a quarter of it, so
-// that a deep window is refilled in a few large fetches rather than one
-// lease at a time as slots free up (each fetch is a round trip, and on
-// Redis a script call on the server's one thread).
-func refillMin(size int) int { return max(1, size/4) }
+// leases while the handlers still have queued work: a quarter of it (but
+// no more than a fetch asks for, maxWindowFetch, or a deep window would
+// never fill), so that a deep window is refilled in a few large fetches
+// rather than one lease at a time as slots free up (each fetch is a round
+// trip, and on Redis a script call on the server's one thread).
+func refillMin(size int) int { return max(1, min(size/4, maxWindowFetch)) }

@@ -78,3 +78,38 @@ func TestConsumerDefaultWindowPrefetchesForFastHandlers(t *testing.T) {
 		})
 	}
 }
+
+// A window deeper than four fetches fills up: while a stalled handler keeps
+// the queue full, the consumer still fetches (500 leases at a time) until
+// it holds MaxInflight leases.
+func TestConsumerFillsADeepWindow(t *testing.T) {
+	f := newConsumerFixture(t)
+	obs := &fetchLimits{}
+	f.c = rheo.New(f.c.Backend(), rheo.WithClock(f.clk), rheo.WithObserver(obs), rheo.WithLogger(quietLogger))
+	const window, n = 4000, 6000
+	f.append(t, n)
+	stall := make(chan struct{})
+	k, err := f.c.NewConsumer(rheo.ConsumerConfig{Stream: f.s, Group: f.g, Concurrency: 1, MaxInflight: window,
+		Handler: func(ctx context.Context, _ rheo.Event) error {
+			select {
+			case <-stall:
+			case <-ctx.Done():
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- k.Run(ctx) }()
+	var held int64
+	waitFor(t, "a full window", func() bool {
+		info, err := f.c.GroupInfo(context.Background(), f.s, f.g)
+		held = info.Inflight
+		return err == nil && held == window
+	})
+	require.LessOrEqual(t, obs.max(), 500, "largest fetch")
+	close(stall)
+	cancel()
+	require.NoError(t, <-ran)
+}

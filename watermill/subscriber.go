@@ -58,8 +58,8 @@ type SubscriberConfig struct {
 	// sizes it the way rheo's consumer sizes a window whose MaxInflight is
 	// 0: it starts at Concurrency and, for handlers that are quick next to
 	// a fetch and a settle, grows up to rheo.DefaultMaxInflight(Concurrency)
-	// (2,000 for Concurrency up to 200), fetching a quarter to a half of it
-	// (at most 500) at a time and settling each fetch's messages together;
+	// (2,000 for Concurrency up to 200), fetching half of it (at most 500
+	// messages) at a time and settling each fetch's messages together;
 	// slow handlers keep it near Concurrency. The messages prefetched
 	// behind a handler that stalls wait for it: set Prefetch where that
 	// latency matters.

@@ -28,8 +28,8 @@ func pelSizes(t *testing.T, rc goredis.UniversalClient, b *redis.Backend, s, g s
 
 // TestPendingEntriesListStaysEmpty: the lease table is the record of what
 // is offered, so fetches leave the group's pending-entries list empty,
-// whether they claim fresh events, expired leases, nacked or reopened
-// deliveries; the cursor (the group's last-delivered ID) still moves, and
+// whether they claim fresh events, expired leases, nacked, redriven or
+// replayed deliveries; the cursor (the group's last-delivered ID) still moves, and
 // every claim still returns its event.
 func TestPendingEntriesListStaysEmpty(t *testing.T) {
 	b, rc := newBackend(t)
@@ -55,7 +55,25 @@ func TestPendingEntriesListStaysEmpty(t *testing.T) {
 		require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, l.Event.Sequence*2-2+int64(l.Event.Partition)), string(l.Event.Payload), "a claimed-again lease carries its event")
 	}
 	require.Equal(t, empty, pelSizes(t, rc, b, "log", "g", 2), "claimed again")
-	require.NoError(t, c.AckBatch(ctx, again))
+	require.NoError(t, c.AckBatch(ctx, again[1:]))
+
+	// A dead letter redriven and an acked event replayed by ID are
+	// reopened where they are (the cursor stays), then claimed again.
+	require.NoError(t, c.Reject(ctx, again[0], "bad"))
+	n, err := c.Redrive(ctx, "log", "g", again[0].Event.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	n, err = c.Replay(ctx, "log", "g", rheo.Events(ls[0].Event.ID))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	back, err := c.Fetch(ctx, "log", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{again[0].Event.ID, ls[0].Event.ID}, []string{back[0].Event.ID, back[1].Event.ID})
+	for _, l := range back {
+		require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, l.Event.Sequence*2-2+int64(l.Event.Partition)), string(l.Event.Payload))
+	}
+	require.Equal(t, empty, pelSizes(t, rc, b, "log", "g", 2), "redriven and replayed by ID")
+	require.NoError(t, c.AckBatch(ctx, back))
 
 	// A replay reopens them all; claiming them again keeps the list empty.
 	_, err = c.Replay(ctx, "log", "g", rheo.FromSequence(0))

@@ -4,8 +4,9 @@
 // "<sequence>-0"; each rheo group is one Redis consumer group on every
 // partition stream, whose last-delivered ID is the group's cursor; the
 // group's own hashes and sorted sets hold its leases, due times and
-// frontier (Redis's pending-entries list is not used: fetches read with
-// NOACK). A lease's Receipt is the Redis entry ID. Every claim, renew, settle and append is one Lua
+// frontier. Fetches read with NOACK, so no lease enters Redis's
+// pending-entries list (settles still XACK the entries that earlier
+// versions put there). A lease's Receipt is the Redis entry ID. Every claim, renew, settle and append is one Lua
 // script, so Redis applies it atomically; leases expire on rheo's clock (the
 // time the client passes), never on Redis idle time.
 //
