@@ -319,8 +319,21 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	}
 	// Runs of claims per partition (see fetchScript): fresh entries as
 	// (seq, fields) pairs, leased with the lease IDs from index first on,
-	// or rows of deliveries claimed again.
+	// or rows of deliveries claimed again. A partition's runs come in
+	// sequence order, each in sequence order, so decoding the runs by
+	// partition (stably) yields the leases sorted, without moving them.
+	type run struct{ p, at int }
+	runs := make([]run, 0, len(flat)/3)
 	for i := 0; i+2 < len(flat); i += 3 {
+		p, err := toInt(flat[i])
+		if err != nil {
+			return nil, malformed(nil)
+		}
+		runs = append(runs, run{int(p), i})
+	}
+	slices.SortStableFunc(runs, func(a, b run) int { return cmp.Compare(a.p, b.p) })
+	for _, rn := range runs {
+		i := rn.at
 		p, err1 := toInt(flat[i])
 		first, err2 := toInt(flat[i+1])
 		data, ok := flat[i+2].([]any)
@@ -350,12 +363,15 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b rheo.Lease) int {
+	byPosition := func(a, b rheo.Lease) int {
 		if c := cmp.Compare(a.Event.Partition, b.Event.Partition); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Event.Sequence, b.Event.Sequence)
-	})
+	}
+	if !slices.IsSortedFunc(out, byPosition) { // (not expected: see above)
+		slices.SortFunc(out, byPosition)
+	}
 	return out, nil
 }
 
