@@ -49,9 +49,9 @@ type ConsumerConfig struct {
 	// that other workers of the group could take. A window set here is
 	// refilled the same way: while handlers have queued work, the consumer
 	// waits until a quarter of it (at most 500 leases) is free before it
-	// fetches. Set it where the latency
-	// of a quick consumer's handler stalling matters: the leases queued
-	// behind a stalled handler wait for it.
+	// fetches. Set it where the latency of a quick consumer's handler
+	// stalling matters: the leases queued behind a stalled handler wait
+	// for it.
 	MaxInflight int
 	// LeaseDuration is the lease the consumer asks for (default the client's
 	// WithLeaseDuration, 30s). Leases are renewed every half lease while

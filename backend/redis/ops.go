@@ -333,11 +333,10 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	}
 	slices.SortStableFunc(runs, func(a, b run) int { return cmp.Compare(a.p, b.p) })
 	for _, rn := range runs {
-		i := rn.at
-		p, err1 := toInt(flat[i])
-		first, err2 := toInt(flat[i+1])
+		i, p := rn.at, rn.p
+		first, err := toInt(flat[i+1])
 		data, ok := flat[i+2].([]any)
-		if err1 != nil || err2 != nil || !ok || first < 0 || (first > 0 && (len(data)%2 != 0 || first-1+int64(len(data)/2) > int64(len(leaseIDs)))) {
+		if err != nil || !ok || first < 0 || (first > 0 && (len(data)%2 != 0 || first-1+int64(len(data)/2) > int64(len(leaseIDs)))) {
 			return nil, malformed(nil)
 		}
 		if first == 0 {
@@ -347,7 +346,7 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 				if err1 != nil || err2 != nil {
 					return nil, malformed(nil)
 				}
-				if err := lease(int(p), seq, toStr(data[j+1]), att, data[j+3]); err != nil {
+				if err := lease(p, seq, toStr(data[j+1]), att, data[j+3]); err != nil {
 					return nil, err
 				}
 			}
@@ -358,7 +357,7 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 			if err != nil {
 				return nil, malformed(nil)
 			}
-			if err := lease(int(p), seq, leaseIDs[int(first)-1+j/2], 1, data[j+1]); err != nil {
+			if err := lease(p, seq, leaseIDs[int(first)-1+j/2], 1, data[j+1]); err != nil {
 				return nil, err
 			}
 		}
