@@ -207,7 +207,7 @@ func TestCompactionKeepsGroupStateBounded(t *testing.T) {
 	}
 	pel, err := rc.XPending(ctx, b.KeyPrefix()+"{log}:s:0", "g").Result()
 	require.NoError(t, err)
-	require.Zero(t, pel.Count, "acked entries leave the pending-entries list")
+	require.Zero(t, pel.Count, "the pending-entries list stays empty")
 	lag, err := c.Lag(ctx, "log", "g")
 	require.NoError(t, err)
 	require.Zero(t, lag.Total)
