@@ -114,11 +114,17 @@ func decodePacked(e *rheo.Event, v string) (meta string, err error) {
 // attribute.
 func decodeEvent(stream string, partition int, seq int64, fields any) (rheo.Event, error) {
 	e := rheo.Event{Stream: stream, Partition: partition, Sequence: seq}
+	var meta string
 	fs, ok := fields.([]any)
-	if !ok || len(fs)%2 != 0 {
+	if p, packed := fields.(string); packed { // a fetch's packed field alone
+		m, err := decodePacked(&e, p)
+		if err != nil {
+			return e, err
+		}
+		meta = m
+	} else if !ok || len(fs)%2 != 0 {
 		return e, fmt.Errorf("entry %d-0 of partition %d has malformed fields", seq, partition)
 	}
-	var meta string
 	for i := 0; i+1 < len(fs); i += 2 {
 		v := toStr(fs[i+1])
 		switch toStr(fs[i]) {

@@ -26,11 +26,15 @@ func TestPackedEntryRoundTrip(t *testing.T) {
 		v := string(appendEntry(nil, want, meta))
 		got, err := decodeEvent("s", 2, 7, []any{entryField, v})
 		require.NoError(t, err, "entry %q", v)
+		// A fetch returns the packed field alone.
+		alone, err := decodeEvent("s", 2, 7, v)
+		require.NoError(t, err, "entry %q alone", v)
 		want.Stream, want.Partition, want.Sequence = "s", 2, 7
 		if len(want.Metadata) == 0 && want.Metadata != nil {
 			want.Metadata = map[string]string{}
 		}
 		require.Equal(t, want, got)
+		require.Equal(t, want, alone)
 	}
 }
 
@@ -38,6 +42,8 @@ func TestPackedEntryMalformed(t *testing.T) {
 	for _, v := range []string{"", "\x03ab", "\x01a\x01b\x01c", "\x01a\x01b\x01c\x80", "\x01a\x01b\x01c\x02\x09{}"} {
 		_, err := decodeEvent("s", 0, 1, []any{entryField, v})
 		require.Error(t, err, "entry %q", v)
+		_, err = decodeEvent("s", 0, 1, v)
+		require.Error(t, err, "entry %q alone", v)
 	}
 }
 

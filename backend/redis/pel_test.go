@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/redis"
+	"github.com/rheo-go/rheo/clock"
 )
 
 // pelSizes is the size of group g's pending-entries list on each of the
@@ -118,4 +120,44 @@ func TestPendingEntriesOfEarlierVersions(t *testing.T) {
 	lag, err := c.Lag(ctx, "log", "g")
 	require.NoError(t, err)
 	require.Zero(t, lag.Total)
+}
+
+// TestUnpackedEntriesAreFetched: a fetch returns an entry's packed field
+// alone, and an entry of the older form (one field per attribute) as its
+// fields; both decode, fresh and claimed again.
+func TestUnpackedEntriesAreFetched(t *testing.T) {
+	b, rc := newBackend(t)
+	clk := clock.NewFrozen(epoch)
+	c := rheo.New(b, rheo.WithClock(clk))
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "old", rheo.StreamConfig{}))
+	p0 := 0
+	_, err := c.Append(ctx, "old", rheo.Message{ID: "new-1", Type: "t", Partition: &p0, Payload: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err)
+	// What an earlier version's append wrote for the second event.
+	base := b.KeyPrefix() + "{old}:"
+	require.NoError(t, rc.XAdd(ctx, &goredis.XAddArgs{Stream: base + "s:0", ID: "2-0",
+		Values: []any{"id", "old-2", "type", "legacy", "key", "k", "ts", fmt.Sprint(epoch.UnixMicro()), "data", `{"n":2}`, "meta", `{"m":"v"}`}}).Err())
+	require.NoError(t, rc.HIncrBy(ctx, base+"hw", "0", 1).Err())
+	require.NoError(t, rc.HSet(ctx, base+"ids", "old-2", "0:2").Err())
+	require.NoError(t, c.CreateGroup(ctx, "old", "g", rheo.GroupConfig{}))
+	check := func(ls []rheo.Lease, attempt int) {
+		t.Helper()
+		require.Len(t, ls, 2)
+		require.Equal(t, "new-1", ls[0].Event.ID)
+		require.JSONEq(t, `{"n":1}`, string(ls[0].Event.Payload))
+		require.Equal(t, rheo.Event{ID: "old-2", Stream: "old", Partition: 0, Sequence: 2, Type: "legacy", Key: "k",
+			Timestamp: epoch, Payload: json.RawMessage(`{"n":2}`), Metadata: map[string]string{"m": "v"}}, ls[1].Event)
+		for _, l := range ls {
+			require.Equal(t, attempt, l.Attempt)
+		}
+	}
+	ls, err := c.Fetch(ctx, "old", "g", rheo.FetchOptions{Limit: 10, LeaseDuration: time.Second})
+	require.NoError(t, err)
+	check(ls, 1)
+	clk.Advance(2 * time.Second)
+	ls, err = c.Fetch(ctx, "old", "g", rheo.FetchOptions{Limit: 10})
+	require.NoError(t, err)
+	check(ls, 2)
+	require.NoError(t, c.AckBatch(ctx, ls))
 }

@@ -553,6 +553,13 @@ if #setm > 0 then
   bulk({'HSET', gb .. 'm'}, setm, 1000)
 end
 
+-- packed is what a fetch returns of an entry's fields: the packed event
+-- alone when that is all the entry holds (so that Redis converts one string
+-- back into the reply instead of a table), else the fields as they are.
+local function packed(f)
+  if f[3] == nil and f[1] == 'e' then return f[2] end
+  return f
+end
 -- lease_fresh leases entries ents of partition p, just read with
 -- XREADGROUP (offered now): attempt 1, the next fresh lease IDs in entry
 -- order. Returns how many.
@@ -571,7 +578,7 @@ local function lease_fresh(p, ents)
     zadd[nh + 1] = exp
     zadd[nh + 2] = ss
     flat[nh + 1] = ss
-    flat[nh + 2] = ent[2]
+    flat[nh + 2] = packed(ent[2])
     nh = nh + 2
   end
   bulk({'HSET', gb .. 'l:' .. p}, hset, 1000)
@@ -634,7 +641,7 @@ local function take(p, want)
         local ent = redis.call('XRANGE', sk, eid, eid)[1]
         local row = rows[eid]
         if ent and row then
-          red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = ent[2]
+          red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = packed(ent[2])
         end
       end
       if #red > 0 then
