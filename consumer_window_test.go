@@ -102,11 +102,9 @@ func TestConsumerFillsADeepWindow(t *testing.T) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- k.Run(ctx) }()
-	var held int64
 	waitFor(t, "a full window", func() bool {
 		info, err := f.c.GroupInfo(context.Background(), f.s, f.g)
-		held = info.Inflight
-		return err == nil && held == window
+		return err == nil && info.Inflight == window
 	})
 	require.LessOrEqual(t, obs.max(), 500, "largest fetch")
 	close(stall)

@@ -6,9 +6,10 @@
 // group's own hashes and sorted sets hold its leases, due times and
 // frontier. Fetches read with NOACK, so no lease enters Redis's
 // pending-entries list (settles still XACK the entries that earlier
-// versions put there). A lease's Receipt is the Redis entry ID. Every claim, renew, settle and append is one Lua
-// script, so Redis applies it atomically; leases expire on rheo's clock (the
-// time the client passes), never on Redis idle time.
+// versions put there). A lease's Receipt is the Redis entry ID. Every
+// claim, renew, settle and append is one Lua script, so Redis applies it
+// atomically; leases expire on rheo's clock (the time the client passes),
+// never on Redis idle time.
 //
 // All keys of one stream share a hash tag ("<prefix>{<stream>}:…"), so a
 // stream lives in one hash slot and works unchanged on Redis Cluster.

@@ -622,7 +622,7 @@ local function take(p, want)
         zadd[#zadd + 1] = exp
         zadd[#zadd + 1] = ss
         claim[#claim + 1] = ss .. '-0'
-        rows[ss .. '-0'] = {tonumber(ss), id, att + 1}
+        rows[#rows + 1] = {tonumber(ss), id, att + 1}
         got = got + 1
       end
     end
@@ -637,10 +637,10 @@ local function take(p, want)
       -- Each entry is read by its ID (a trimmed one is not there); the
       -- group's pending-entries list is not involved (see XREADGROUP below).
       local red = {}
-      for _, eid in ipairs(claim) do
+      for x, eid in ipairs(claim) do
         local ent = redis.call('XRANGE', sk, eid, eid)[1]
-        local row = rows[eid]
-        if ent and row then
+        local row = rows[x]
+        if ent then
           red[#red + 1] = row[1]; red[#red + 1] = row[2]; red[#red + 1] = row[3]; red[#red + 1] = packed(ent[2])
         end
       end
@@ -757,9 +757,7 @@ return out
 // position (fencing on both, like every backend). Returns one code per
 // request in that order: 0 settled, 1 stale lease, 2 receipt mismatch
 // (after the fence, as on every backend).
-var settleScript = goredis.NewScript(settleSource)
-
-const settleSource = common + groupCommon + `
+var settleScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local now = ARGV[4]
 local n = tonumber(ARGV[5])
@@ -874,7 +872,7 @@ end
 flush_frontier()
 if woke then wake() end
 return res
-`
+`)
 
 // renew: ARGV[4] partition, ARGV[5] seq, ARGV[6] lease ID, ARGV[7] receipt,
 // ARGV[8] new expiry (µs), ARGV[9] event ID. Returns 0, 1 (stale) or 2
