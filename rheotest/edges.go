@@ -139,6 +139,32 @@ func runEdges(t *testing.T, f Factory) {
 			e.ack(l)
 			e.requireLag(s, g, 0, 1, 2)
 		}},
+		{"whole_fetch_acked_with_one_forged_event_id", func(t *testing.T, f Factory) {
+			// A store may check a whole fetch's acks at once (against a
+			// digest of its events' IDs, say); one forged ID among them
+			// must still be told apart, and the others settle.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			evs := e.appendN(s, 0, 5)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, 4)
+			batch := slices.Clone(ls)
+			batch[2].Event.ID = evs[4].ID // an event of the stream, not the lease's
+			err := e.c.AckBatch(e.ctx, batch)
+			var be *rheo.BatchError
+			require.ErrorAs(t, err, &be)
+			require.Len(t, be.Errs, 4)
+			for i, err := range be.Errs {
+				if i == 2 {
+					require.ErrorIs(t, err, rheo.ErrStaleLease)
+					continue
+				}
+				require.NoError(t, err, "lease %d of the batch", i)
+			}
+			require.Equal(t, int64(1), e.info(s, g).Inflight, "only the forged ack failed")
+			e.ack(ls[2])
+			e.requireLag(s, g, 0, 4, 5)
+		}},
 		{"settle_and_renew_fence_on_the_exact_lease_id", func(t *testing.T, f Factory) {
 			// A lease ID spelled with other letter case is another ID
 			// (IDs compare exactly), even where a store derives the IDs

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rheo-go/rheo"
+	stored "github.com/rheo-go/rheo/internal/payload"
 )
 
 // stream resolves a stream name to its id and partition count (cached:
@@ -296,7 +297,7 @@ func (b *Backend) appendIn(ctx context.Context, q rowQuerier, s streamRef, strea
 			Timestamp: time.UnixMicro(*tsv).UTC(), Payload: json.RawMessage(payload),
 		}
 		if meta != nil {
-			if err := json.Unmarshal(meta, &e.Metadata); err != nil {
+			if e.Metadata, err = stored.Metadata(meta); err != nil {
 				return nil, err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rheo-go/rheo"
+	stored "github.com/rheo-go/rheo/internal/payload"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
@@ -382,6 +383,7 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		payload, meta            []byte
 	)
 	dest := []any{&part, &seq, &att, &leaseID, &span, &id, &etype, &ekey, &ts, &payload, &meta}
+	var member sqlstore.SpanIDs // of the last span's token, parsed once per span
 	for rows.Next() {
 		payload, meta = nil, nil
 		if err := rows.Scan(dest...); err != nil {
@@ -392,14 +394,16 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 			Timestamp: time.UnixMicro(ts).UTC(), Payload: json.RawMessage(payload),
 		}
 		if meta != nil {
-			if err := json.Unmarshal(meta, &e.Metadata); err != nil {
+			if e.Metadata, err = stored.Metadata(meta); err != nil {
 				return nil, err
 			}
 		}
 		lid, receipt := leaseID, leaseID
 		if span { // the span's token: the member's ID is derived from it
-			lid = sqlstore.SpanLeaseID(lid, seq)
-			receipt = lid + sqlstore.SpanReceipt
+			if member.Token() != leaseID {
+				member = sqlstore.NewSpanIDs(leaseID)
+			}
+			lid, receipt = member.Member(seq)
 		}
 		leases = append(leases, rheo.Lease{
 			ID: lid, Receipt: receipt, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
@@ -491,10 +495,10 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 // a delivery row's lease, and for an ID no span member has: such a lease is
 // current nowhere), and false when its receipt is neither form.
 func spanTokenOf(l rheo.Lease) (string, bool) {
-	switch l.Receipt {
-	case l.ID:
+	switch {
+	case l.Receipt == l.ID:
 		return "", true
-	case l.ID + sqlstore.SpanReceipt:
+	case sqlstore.IsSpanReceipt(l):
 		return sqlstore.SpanToken(l.ID, l.Event.Sequence), true
 	}
 	return "", false

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/payload"
 )
 
 // micros is the stored form of a time: microseconds since the Unix epoch.
@@ -153,7 +154,8 @@ func decodeEvent(stream string, partition int, seq int64, fields any) (rheo.Even
 		}
 	}
 	if meta != "" {
-		if err := json.Unmarshal([]byte(meta), &e.Metadata); err != nil {
+		var err error
+		if e.Metadata, err = payload.Metadata([]byte(meta)); err != nil {
 			return e, fmt.Errorf("entry %d-0: metadata: %w", seq, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestUpgradeKeepsDueTimes(t *testing.T) {
 	defer b.Close()
 	v, err := b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 4, v)
+	require.Equal(t, 5, v)
 	c = rheo.New(b, rheo.WithClock(clk))
 	seqs := func() []int64 {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})
@@ -86,4 +87,44 @@ func TestUpgradeKeepsDueTimes(t *testing.T) {
 	require.Empty(t, seqs(), "the delayed ones wait")
 	clk.Advance(time.Hour)
 	require.Equal(t, []int64{1, 4}, seqs(), "and come when their delay is over")
+}
+
+// TestSpansOfEarlierVersionsSettle: spans written before schema version 5
+// have no digest of their members' event IDs; a whole ack of one checks
+// the IDs against the events instead, forged ones included.
+func TestSpansOfEarlierVersionsSettle(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "rheo.db")
+	b, err := sqlite.Open(ctx, path)
+	require.NoError(t, err)
+	defer b.Close()
+	c := rheo.New(b)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	for range 6 {
+		_, err := c.Append(ctx, "s", rheo.Message{Payload: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	first, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 3})
+	require.NoError(t, err)
+	second, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 3})
+	require.NoError(t, err)
+
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	res, err := db.Exec("UPDATE rheo_spans SET digest = NULL")
+	require.NoError(t, err)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "both fetches wrote a span")
+	require.NoError(t, db.Close())
+
+	require.NoError(t, c.AckBatch(ctx, first), "a whole span without a digest")
+	forged := slices.Clone(second)
+	forged[1].Event.ID = first[0].Event.ID
+	require.ErrorIs(t, c.AckBatch(ctx, forged), rheo.ErrStaleLease)
+	require.NoError(t, c.Ack(ctx, second[1]))
+	lag, err := c.Lag(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Zero(t, lag.Total)
 }

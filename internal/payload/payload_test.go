@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -168,4 +169,25 @@ func TestDuplicateNamesOfEveryLength(t *testing.T) {
 		_, err := Compact(nil, []byte(in))
 		require.ErrorContains(t, err, "duplicate member name", in)
 	}
+}
+
+// FuzzMetadata: Metadata decodes exactly as json.Unmarshal does, error or
+// not, whether or not its direct path reads the input.
+func FuzzMetadata(f *testing.F) {
+	for _, s := range []string{`{}`, ` { } `, `{"a":"b"}`, `{"a": "b", "c": "d"}`, `{"a":"b","a":"c"}`,
+		`{"a":"\u00e9"}`, `{"a":"é"}`, `{"a":1}`, `{"a":"b",}`, `{"a":"b"} x`, `null`, `[]`, `{"a":"b"`,
+		"{\"a\":\"\xff\"}", `{"a":"\n"}`, "{\"a\":\"\t\"}", `{"producer":"bench","trace":"x-1"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := Metadata(b)
+		var want map[string]string
+		werr := json.Unmarshal(b, &want)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("Metadata(%q) error %v, json.Unmarshal error %v", b, err, werr)
+		}
+		if err == nil && !maps.Equal(got, want) || (got == nil) != (want == nil) && err == nil {
+			t.Fatalf("Metadata(%q) = %#v, json.Unmarshal %#v", b, got, want)
+		}
+	})
 }

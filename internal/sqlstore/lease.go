@@ -430,15 +430,23 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 		return out, rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: %d events past sequence %d, want %d", r.Stream, p, len(evs), cursor, n)
 	}
 	tok := newID()
+	member := NewSpanIDs(tok)
 	for _, e := range evs {
-		id := SpanLeaseID(tok, e.Sequence)
+		id, receipt := member.Member(e.Sequence)
 		l := lease(r, id, 1, now, exp, e)
-		l.Receipt = id + SpanReceipt
+		l.Receipt = receipt
 		out = append(out, l)
 	}
-	if _, err := t.exec(ctx, "INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low) "+
-		"VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
-		g.id, p, cursor+1, cursor+n, tok, r.ConsumerID, now, exp, strings.Repeat("0", int(n)), n, cursor+1); err != nil {
+	digest := spanDigest(func(yield func(string) bool) {
+		for _, e := range evs {
+			if !yield(e.ID) {
+				return
+			}
+		}
+	})
+	if _, err := t.exec(ctx, "INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, digest) "+
+		"VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
+		g.id, p, cursor+1, cursor+n, tok, r.ConsumerID, now, exp, strings.Repeat("0", int(n)), n, cursor+1, digest); err != nil {
 		return out, err
 	}
 	if _, err := t.exec(ctx, "UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", cursor+n, g.id, p); err != nil {
@@ -567,7 +575,7 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 				l := reqs[i].Lease
 				row := cur[l.Event.Sequence]
 				if row == nil || row.status != statusLeased || row.eventID != l.Event.ID ||
-					(row.leaseID.String != l.ID && row.leaseID.String != l.ID+SpanReceipt) {
+					(row.leaseID.String != l.ID && !isSpanReceiptOf(row.leaseID.String, l.ID)) {
 					errs[i] = staleLease(l)
 					continue
 				}
@@ -631,7 +639,7 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 	reqs []rheo.SettleRequest, idx []int) ([]int, error) {
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, i := range idx {
-		if l := reqs[i].Lease; SpanToken(l.ID, l.Event.Sequence) != "" {
+		if l := reqs[i].Lease; spanShaped(l.ID) {
 			lo, hi = min(lo, l.Event.Sequence), max(hi, l.Event.Sequence)
 		}
 	}
@@ -693,10 +701,18 @@ func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp spa
 	for _, i := range is {
 		l := reqs[i].Lease
 		k := l.Event.Sequence - sp.lo
-		if reqs[i].Kind != rheo.SettleAck || seen[k] || l.Receipt != l.ID+SpanReceipt {
+		if reqs[i].Kind != rheo.SettleAck || seen[k] || !IsSpanReceipt(l) {
 			return false, nil
 		}
 		seen[k] = true
+	}
+	if sp.digest.Valid {
+		named := make([]string, len(is))
+		for _, i := range is {
+			l := reqs[i].Lease
+			named[l.Event.Sequence-sp.lo] = l.Event.ID
+		}
+		return spanDigest(slices.Values(named)) == sp.digest.Int64, nil
 	}
 	ids, err := s.memberEventIDs(ctx, t, streamID, sp)
 	if err != nil {

@@ -2,10 +2,13 @@ package sqlstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
+	"io"
 	"math"
 	"slices"
-	"strconv"
+	"strings"
 
 	"github.com/rheo-go/rheo"
 )
@@ -39,15 +42,69 @@ const spanMask = 1<<48 - 1
 // with the sequence's. It is a UUID string too, fresh for every claim as
 // the token is, and distinct for every member of one span.
 func SpanLeaseID(token string, seq int64) string {
+	id, _ := NewSpanIDs(token).Member(seq)
+	return id
+}
+
+// SpanIDs derives the lease IDs and receipts of a span's members from its
+// token, parsing the token once.
+type SpanIDs struct {
+	token string
+	v     uint64 // the token's last 48 bits
+	ok    bool   // the token has the shape of a UUID string
+}
+
+// Token is the span's token.
+func (s SpanIDs) Token() string { return s.token }
+
+// NewSpanIDs returns the IDs of the members of the span with token.
+func NewSpanIDs(token string) SpanIDs {
 	if len(token) != 36 {
-		return token
+		return SpanIDs{token: token}
 	}
-	v, err := strconv.ParseUint(token[24:], 16, 64)
-	if err != nil {
-		return token
+	v, ok := hex48(token[24:], false)
+	return SpanIDs{token: token, v: v, ok: ok}
+}
+
+// Member returns the lease ID (SpanLeaseID) and the receipt (the ID and
+// SpanReceipt) of member seq, as one allocation.
+func (s SpanIDs) Member(seq int64) (id, receipt string) {
+	if !s.ok {
+		return s.token, s.token + SpanReceipt
 	}
-	x := strconv.FormatUint(v^(uint64(seq)&spanMask), 16)
-	return token[:24] + "000000000000"[len(x):] + x
+	var b [36 + len(SpanReceipt)]byte
+	copy(b[:24], s.token[:24])
+	x := s.v ^ (uint64(seq) & spanMask)
+	for i := 35; i >= 24; i-- {
+		b[i] = "0123456789abcdef"[x&15]
+		x >>= 4
+	}
+	copy(b[36:], SpanReceipt)
+	r := string(b[:])
+	return r[:36], r
+}
+
+// hex48 parses 12 hexadecimal digits (in lower case only, when lower).
+func hex48(s string, lower bool) (uint64, bool) {
+	if len(s) != 12 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < 12; i++ {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case !lower && 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint64(c)
+	}
+	return v, true
 }
 
 // SpanToken inverts SpanLeaseID: the token of the span whose member seq
@@ -55,17 +112,40 @@ func SpanLeaseID(token string, seq int64) string {
 // exact spelling SpanLeaseID gives has a token: the same digits in another
 // case are another lease ID, as they are on every store.
 func SpanToken(id string, seq int64) string {
-	if len(id) != 36 {
+	if !spanShaped(id) {
 		return ""
 	}
-	if _, err := strconv.ParseUint(id[24:], 16, 64); err != nil {
-		return ""
-	}
-	tok := SpanLeaseID(id, seq)
-	if SpanLeaseID(tok, seq) != id {
-		return ""
-	}
+	tok, _ := SpanIDs{token: id, v: mustHex48(id[24:]), ok: true}.Member(seq)
 	return tok
+}
+
+// spanShaped reports whether id has the spelling of SpanLeaseID's lease
+// IDs (36 characters, the last 12 lower-case hexadecimal digits), which
+// every ID of that spelling is, for some token: SpanToken(id, seq) != "".
+func spanShaped(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	_, ok := hex48(id[24:], true)
+	return ok
+}
+
+func mustHex48(s string) uint64 {
+	v, _ := hex48(s, true)
+	return v
+}
+
+func receiptOf(s SpanIDs, seq int64) string {
+	_, r := s.Member(seq)
+	return r
+}
+
+// isSpanReceipt reports whether l's receipt is its ID and SpanReceipt.
+func IsSpanReceipt(l rheo.Lease) bool { return isSpanReceiptOf(l.Receipt, l.ID) }
+
+// isSpanReceiptOf reports whether receipt is id and SpanReceipt.
+func isSpanReceiptOf(receipt, id string) bool {
+	return len(receipt) == len(id)+len(SpanReceipt) && strings.HasPrefix(receipt, id) && strings.HasSuffix(receipt, SpanReceipt)
 }
 
 // explodeSpans replaces the spans of group grp in partition p by the
@@ -103,6 +183,22 @@ type span struct {
 	consumer            sql.NullString
 	leasedAt, expiresAt int64
 	done                string
+	digest              sql.NullInt64 // spanDigest of its members' event IDs (NULL before schema version 5)
+}
+
+// spanDigest is the digest a span keeps of its members' event IDs, given
+// in sequence order: the first 8 bytes of the SHA-256 of each ID preceded
+// by its length. A whole ack checks the IDs it names against it instead of
+// reading every member's event.
+func spanDigest(ids func(yield func(string) bool)) int64 {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for id := range ids {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(id)))])
+		io.WriteString(h, id)
+	}
+	var sum [sha256.Size]byte
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])))
 }
 
 // spans reads the spans of group grp in parts that also meet cond (an SQL
@@ -110,7 +206,7 @@ type span struct {
 // sequence order.
 func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, cond string, args ...any) ([]span, error) {
 	var b Builder
-	b.S("SELECT part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done FROM rheo_spans WHERE grp_id = ").Arg(grp)
+	b.S("SELECT part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, digest FROM rheo_spans WHERE grp_id = ").Arg(grp)
 	inParts(&b, parts)
 	if cond != "" {
 		b.S(" AND " + cond)
@@ -127,7 +223,7 @@ func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, c
 	var out []span
 	for rows.Next() {
 		var sp span
-		if err := rows.Scan(&sp.part, &sp.lo, &sp.hi, &sp.token, &sp.attempt, &sp.consumer, &sp.leasedAt, &sp.expiresAt, &sp.done); err != nil {
+		if err := rows.Scan(&sp.part, &sp.lo, &sp.hi, &sp.token, &sp.attempt, &sp.consumer, &sp.leasedAt, &sp.expiresAt, &sp.done, &sp.digest); err != nil {
 			return nil, err
 		}
 		out = append(out, sp)
@@ -169,6 +265,7 @@ func (s *Store) explode(ctx context.Context, t *writeTx, streamID, grp int64, sp
 				seqs = append(seqs, seq)
 			}
 		}
+		member := NewSpanIDs(sp.token)
 		for chunk := range slices.Chunk(seqs, materializeChunk) {
 			var b Builder
 			b.S("INSERT INTO rheo_deliveries (grp_id, part, seq, event_id, status, attempt, lease_id, consumer_id, leased_at, expires_at, due_at) VALUES ")
@@ -177,7 +274,7 @@ func (s *Store) explode(ctx context.Context, t *writeTx, streamID, grp int64, sp
 					b.S(", ")
 				}
 				b.S("(").Arg(grp).S(", ").Arg(sp.part).S(", ").Arg(seq).S(", ").Arg(ids[seq]).S(", 1, ").Arg(sp.attempt).S(", ").
-					Arg(SpanLeaseID(sp.token, seq) + SpanReceipt).S(", ").Arg(sp.consumer).S(", ").Arg(sp.leasedAt).S(", ").
+					Arg(receiptOf(member, seq)).S(", ").Arg(sp.consumer).S(", ").Arg(sp.leasedAt).S(", ").
 					Arg(sp.expiresAt).S(", ").Arg(sp.expiresAt).S(")")
 			}
 			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
@@ -195,21 +292,25 @@ func (s *Store) explode(ctx context.Context, t *writeTx, streamID, grp int64, sp
 // this package gives: its ID (a delivery row's lease) or its ID and
 // SpanReceipt (a span member's).
 func receiptValid(l rheo.Lease) bool {
-	return l.Receipt == l.ID || (l.Receipt == l.ID+SpanReceipt && SpanToken(l.ID, l.Event.Sequence) != "")
+	return l.Receipt == l.ID || (IsSpanReceipt(l) && spanShaped(l.ID))
 }
 
 // spanOf returns the span of sps that holds lease l as a member still
 // leased under it: the one whose run covers its sequence and whose token
 // its ID derives from.
 func spanOf(sps []span, l rheo.Lease) (int, bool) {
-	tok := SpanToken(l.ID, l.Event.Sequence)
-	if tok == "" {
+	if !spanShaped(l.ID) {
 		return 0, false
 	}
+	// The last 48 bits of the token (SpanToken(l.ID, seq)), whose first
+	// 24 characters are the ID's.
+	seq := l.Event.Sequence
+	want := mustHex48(l.ID[24:]) ^ (uint64(seq) & spanMask)
 	for j, sp := range sps {
-		seq := l.Event.Sequence
-		if sp.lo <= seq && seq <= sp.hi && sp.token == tok && sp.done[seq-sp.lo] == '0' {
-			return j, true
+		if sp.lo <= seq && seq <= sp.hi && len(sp.token) == 36 && sp.token[:24] == l.ID[:24] && sp.done[seq-sp.lo] == '0' {
+			if v, ok := hex48(sp.token[24:], true); ok && v == want {
+				return j, true
+			}
 		}
 	}
 	return 0, false

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/payload"
 )
 
 //go:embed migrations/*.sql
@@ -562,7 +563,8 @@ func (e *eventScan) event(stream string) (rheo.Event, error) {
 		Timestamp: fromMicros(e.ts), Payload: json.RawMessage(e.payload),
 	}
 	if e.meta != nil {
-		if err := json.Unmarshal(e.meta, &ev.Metadata); err != nil {
+		var err error
+		if ev.Metadata, err = payload.Metadata(e.meta); err != nil {
 			return ev, fmt.Errorf("event %q: metadata: %w", e.id, err)
 		}
 	}
