@@ -26,10 +26,12 @@
 //     window plus dead letters (SPEC R9). due_at is when a pending row
 //     becomes claimable (the nack's availability, or the lease's expiry).
 //   - rheo_spans(grp_id, part, lo, hi, token, attempt, consumer_id,
-//     leased_at, expires_at, done, pending, low): a run of fresh events one
-//     fetch leased together in a partition, one row instead of a leased
-//     delivery row each (see spans.go). Readers of leased rows read spans
-//     too.
+//     leased_at, expires_at, done, pending, low, digest): a run of fresh
+//     events one fetch leased together in a partition, one row instead of a
+//     leased delivery row each (see spans.go). Readers of leased rows read
+//     spans too. digest (SQLite's spans, from schema version 5) is
+//     spanDigest of the members' event IDs, which a whole ack checks instead
+//     of reading the members' events.
 //
 // Every sequence at or below a group's cursor without a delivery row (or
 // a span that holds it) was acked (or precedes the group's start), so the
@@ -50,7 +52,7 @@
 // guarded UPDATEs, then lease the events past the cursor of each partition
 // as one span and advance the cursor. Settle deletes each span whose every
 // member the batch acks (each once, under its receipt, with its event's
-// ID), turns any other span a request names into rows, then reads the
+// ID: checked against the span's digest), turns any other span a request names into rows, then reads the
 // named rows of each partition once, fences every request (status leased,
 // same lease ID and receipt, same event), deletes acked rows with one
 // DELETE and updates nacked and dead-lettered rows.
