@@ -31,7 +31,8 @@ type Marshaler interface {
 // DefaultMarshaler is the Marshaler used when none is configured.
 //
 // The message UUID becomes the event ID (so a retried Publish is idempotent)
-// and the metadata becomes the event's metadata, unchanged. The payload:
+// and the metadata becomes the event's metadata, unchanged (empty metadata is
+// stored as none and comes back empty). The payload:
 //
 //   - a compact JSON object (valid UTF-8, no insignificant whitespace, no
 //     \u0000 escape, and not itself of the wrapper's shape) is stored as it
@@ -65,7 +66,13 @@ func (m DefaultMarshaler) Marshal(_ string, msg *message.Message) (rheo.Message,
 // Publisher then relies on rheo's own check, which refuses invalid JSON, and
 // wraps and retries those payloads when rheo refuses the batch.
 func (m DefaultMarshaler) marshal(msg *message.Message, verify bool) (out rheo.Message, unverified bool) {
-	out = rheo.Message{ID: msg.UUID, Metadata: msg.Metadata}
+	out = rheo.Message{ID: msg.UUID}
+	if len(msg.Metadata) > 0 {
+		// Watermill gives every message a metadata map; an empty one is
+		// stored as none (nothing to encode, store or decode) and comes
+		// back as the empty map of a new message.
+		out.Metadata = msg.Metadata
+	}
 	if !m.WrapAll && storableAsIs(msg.Payload, verify) {
 		out.Payload = json.RawMessage(msg.Payload)
 		return out, !verify

@@ -61,3 +61,16 @@ func TestDefaultMarshaler(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "hi", string(p), "spaced out by a store")
 }
+
+// Empty metadata, which every Watermill message starts with, is stored as
+// none and comes back as an empty map.
+func TestEmptyMetadataIsStoredAsNone(t *testing.T) {
+	m := rheowatermill.DefaultMarshaler{}
+	out, err := m.Marshal("topic", message.NewMessage("id-1", []byte(`{}`)))
+	require.NoError(t, err)
+	require.Nil(t, out.Metadata)
+	back, err := m.Unmarshal(rheo.Event{ID: out.ID, Payload: out.Payload})
+	require.NoError(t, err)
+	require.NotNil(t, back.Metadata)
+	require.Empty(t, back.Metadata)
+}
