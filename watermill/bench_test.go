@@ -27,7 +27,8 @@ import (
 // names get #01, #02), so that load on a shared machine hits all of them
 // alike; read the ratios of one run:
 //
-//	go test -run '^$' -bench 'Consume|PublishPostgres' -benchtime 5000x
+//	go test -run '^$' -bench 'Consume' -benchtime 20000x
+//	go test -run '^$' -bench PublishPostgres -benchtime 5000x
 //	go test -run '^$' -bench PublishMemory -benchtime 200000x
 //
 // Consume benchmarks publish b.N messages untimed, then time one subscriber
