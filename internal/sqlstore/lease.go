@@ -431,19 +431,15 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 	}
 	tok := newID()
 	member := NewSpanIDs(tok)
-	for _, e := range evs {
+	ids := make([]string, len(evs))
+	for i, e := range evs {
 		id, receipt := member.Member(e.Sequence)
 		l := lease(r, id, 1, now, exp, e)
 		l.Receipt = receipt
 		out = append(out, l)
+		ids[i] = e.ID
 	}
-	digest := spanDigest(func(yield func(string) bool) {
-		for _, e := range evs {
-			if !yield(e.ID) {
-				return
-			}
-		}
-	})
+	digest := spanDigest(ids)
 	if _, err := t.exec(ctx, "INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, digest) "+
 		"VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
 		g.id, p, cursor+1, cursor+n, tok, r.ConsumerID, now, exp, strings.Repeat("0", int(n)), n, cursor+1, digest); err != nil {
@@ -712,7 +708,7 @@ func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp spa
 			l := reqs[i].Lease
 			named[l.Event.Sequence-sp.lo] = l.Event.ID
 		}
-		return spanDigest(slices.Values(named)) == sp.digest.Int64, nil
+		return spanDigest(named) == sp.digest.Int64, nil
 	}
 	ids, err := s.memberEventIDs(ctx, t, streamID, sp)
 	if err != nil {

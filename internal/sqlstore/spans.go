@@ -135,12 +135,14 @@ func mustHex48(s string) uint64 {
 	return v
 }
 
+// receiptOf is the receipt of member seq.
 func receiptOf(s SpanIDs, seq int64) string {
 	_, r := s.Member(seq)
 	return r
 }
 
-// isSpanReceipt reports whether l's receipt is its ID and SpanReceipt.
+// IsSpanReceipt reports whether l's receipt is its ID and SpanReceipt (the
+// receipt of a lease fetched as a member of a span).
 func IsSpanReceipt(l rheo.Lease) bool { return isSpanReceiptOf(l.Receipt, l.ID) }
 
 // isSpanReceiptOf reports whether receipt is id and SpanReceipt.
@@ -190,10 +192,10 @@ type span struct {
 // in sequence order: the first 8 bytes of the SHA-256 of each ID preceded
 // by its length. A whole ack checks the IDs it names against it instead of
 // reading every member's event.
-func spanDigest(ids func(yield func(string) bool)) int64 {
+func spanDigest(ids []string) int64 {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	for id := range ids {
+	for _, id := range ids {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(id)))])
 		io.WriteString(h, id)
 	}
