@@ -43,8 +43,10 @@ type Backend interface {
 	// partition in input order, with commit order equal to sequence order.
 	// An event whose ID the stream already holds is not written; the stored
 	// event is returned in its place. IDs within one call are distinct.
-	// Each Payload is a fresh buffer the backend may keep; Metadata is the
-	// caller's map and must be copied if kept. The slice itself belongs to
+	// Each Payload is a fresh buffer the backend may keep; Metadata is nil
+	// or not empty, and is the caller's map: it must be copied if kept.
+	// Events come back with the Metadata they were appended with, nil as
+	// nil. The slice itself belongs to
 	// the call: the backend may write its result into it.
 	Append(ctx context.Context, stream string, events []Event) ([]Event, error)
 	// Read returns up to limit events of one partition with Sequence > after,

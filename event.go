@@ -43,7 +43,8 @@ type Message struct {
 	// Payload must be a JSON object; empty means {}.
 	Payload json.RawMessage
 	// Metadata carries lineage: correlation_id, causation_id, producer,
-	// schema, schema_version and anything else the producer wants.
+	// schema, schema_version and anything else the producer wants. Empty
+	// metadata is none: the event's Metadata is nil.
 	Metadata map[string]string
 	// Timestamp defaults to the client's clock.
 	Timestamp time.Time
@@ -209,7 +210,10 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 // prepare fills the zero Event e from m, in place: e is an element of the
 // batch's result, and an Event is large to copy.
 func (c *Client) prepare(e *Event, stream string, n int, m *Message, now time.Time, arena *[]byte, ids *string) error {
-	e.Stream, e.ID, e.Type, e.Key, e.Metadata = stream, m.ID, m.Type, m.Key, m.Metadata
+	e.Stream, e.ID, e.Type, e.Key = stream, m.ID, m.Type, m.Key
+	if len(m.Metadata) > 0 { // empty metadata is none, on every store
+		e.Metadata = m.Metadata
+	}
 	if e.ID == "" {
 		e.ID, *ids = (*ids)[:36], (*ids)[36:]
 	} else if err := checkName("event ID", e.ID); err != nil {

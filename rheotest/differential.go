@@ -797,7 +797,7 @@ func (d *diff) sameEvent(what string, ref, sut rheo.Event) {
 		ref.Type != sut.Type || ref.Key != sut.Key || !ref.Timestamp.Equal(sut.Timestamp) {
 		d.failf("%s: reference %s, store %s", what, eventString(ref), eventString(sut))
 	}
-	if len(ref.Metadata) != len(sut.Metadata) || (len(ref.Metadata) > 0 && !maps.Equal(ref.Metadata, sut.Metadata)) {
+	if (ref.Metadata == nil) != (sut.Metadata == nil) || !maps.Equal(ref.Metadata, sut.Metadata) {
 		d.failf("%s: metadata %v on the reference, %v on the store", what, ref.Metadata, sut.Metadata)
 	}
 	d.samePayload(what, ref.Payload, sut.Payload)

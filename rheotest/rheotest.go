@@ -351,10 +351,7 @@ func requireSameEvent(t *testing.T, want, got rheo.Event) {
 	require.Equal(t, want.Key, got.Key)
 	require.True(t, want.Timestamp.Equal(got.Timestamp), "timestamp of %s: want %v, got %v", want.ID, want.Timestamp, got.Timestamp)
 	require.Equal(t, string(want.Payload), string(got.Payload), "payload of %s", want.ID)
-	require.Equal(t, len(want.Metadata), len(got.Metadata), "metadata of %s", want.ID)
-	for k, v := range want.Metadata {
-		require.Equal(t, v, got.Metadata[k], "metadata %q of %s", k, want.ID)
-	}
+	require.Equal(t, want.Metadata, got.Metadata, "metadata of %s (nil only as nil)", want.ID)
 }
 
 func requireSameEvents(t *testing.T, want, got []rheo.Event) {

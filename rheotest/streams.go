@@ -264,6 +264,29 @@ func runAppend(t *testing.T, f Factory) {
 			require.Equal(t, "abc", read[0].Metadata[rheo.MetaCorrelationID])
 			require.Equal(t, "svc", read[0].Metadata[rheo.MetaProducer])
 		}},
+		{"empty_metadata_is_none", func(t *testing.T, f Factory) {
+			// nil and an empty map both come back as nil, from the append
+			// and from every read, so that e.Metadata == nil means the same
+			// on every store.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			g := e.group(s, rheo.GroupConfig{})
+			evs, err := e.c.AppendBatch(e.ctx, s, []rheo.Message{{Metadata: map[string]string{}}, {}})
+			require.NoError(t, err)
+			read := e.readAll(s, 0)
+			require.Len(t, read, 2)
+			queried, err := e.c.Query(e.ctx, rheo.Query{Stream: s})
+			require.NoError(t, err)
+			require.Len(t, queried, 2)
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 2})
+			require.Len(t, ls, 2)
+			for i := range 2 {
+				require.Nil(t, evs[i].Metadata, "appended event %d", i)
+				require.Nil(t, read[i].Metadata, "read event %d", i)
+				require.Nil(t, queried[i].Metadata, "queried event %d", i)
+				require.Nil(t, ls[i].Event.Metadata, "leased event %d", i)
+			}
+		}},
 		{"read_pages_by_after_and_limit_and_never_consumes", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(2)
