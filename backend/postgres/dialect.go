@@ -36,6 +36,9 @@ func (dialect) Types() map[string]string {
 		// often so dead tuples do not pile up in the claim index. Harmless
 		// on the insert-only events table.
 		"{TABLEOPTS}": " WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)",
+		// Schema version 6 is SQLite's (its fetch's index of leases by
+		// attempt); this fetch finds those leases its own way.
+		"{LEASES_BY_ATTEMPT}": "",
 	}
 }
 

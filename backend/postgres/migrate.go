@@ -197,9 +197,14 @@ func script(schema string) ([]string, error) {
 		"CREATE TABLE IF NOT EXISTS rheo_schema_postgres (version INTEGER PRIMARY KEY)",
 	}
 	for _, m := range ms {
-		body := strings.Join(m.Statements, ";\n\t")
+		// A version may have no statement here (the dialect maps it to
+		// nothing): it is recorded all the same.
+		body := ""
+		for _, st := range m.Statements {
+			body += st + ";\n\t"
+		}
 		out = append(out, fmt.Sprintf(
-			"DO $rheo$ BEGIN IF NOT EXISTS (SELECT 1 FROM rheo_schema WHERE version = %d) THEN\n\t%s;\n\tINSERT INTO rheo_schema (version) VALUES (%d);\nEND IF; END $rheo$",
+			"DO $rheo$ BEGIN IF NOT EXISTS (SELECT 1 FROM rheo_schema WHERE version = %d) THEN\n\t%sINSERT INTO rheo_schema (version) VALUES (%d);\nEND IF; END $rheo$",
 			m.Version, body, m.Version))
 	}
 	for _, m := range pgMigrations {

@@ -32,6 +32,8 @@ func (dialect) Types() map[string]string {
 		// byte-identical; the JSON functions parse it on demand.
 		"{JSON}":      "TEXT",
 		"{TABLEOPTS}": "",
+		// Schema version 6: the leases at a group's attempt limit.
+		"{LEASES_BY_ATTEMPT}": "CREATE INDEX IF NOT EXISTS rheo_deliveries_attempts ON rheo_deliveries (grp_id, part, attempt) WHERE status = 1",
 	}
 }
 

@@ -87,11 +87,15 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			"r(part) AS (SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND " + sqlstore.ReadySQL +
 			") UNION ALL SELECT (SELECT MIN(part) FROM rheo_deliveries WHERE grp_id = ? AND status = 0 AND " + sqlstore.ReadySQL + " AND part > r.part) FROM r WHERE r.part IS NOT NULL) " +
 			"SELECT 0, part FROM t WHERE part IS NOT NULL UNION ALL SELECT 1, part FROM r WHERE part IS NOT NULL", 1, 1, 1, 1},
-		"fetch poison": {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at <= ? AND " + sqlstore.TimedSQL +
+		"fetch poison": {"UPDATE rheo_deliveries SET status = 2 WHERE grp_id = ? AND part IN (?, ?) AND due_at + 0 <= ? AND " + sqlstore.TimedSQL +
 			" AND status = 1 AND attempt >= ?", 1, 0, 1, now, 5},
 		"fetch claimable, due": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND " + sqlstore.TimedSQL +
 			" AND due_at <= ? ORDER BY seq + 0 LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND " +
 			sqlstore.TimedSQL + " AND due_at <= ? ORDER BY seq + 0 LIMIT ?)", 1, 0, now, 100, 1, 1, now, 100},
+		"fetch claimable, due, capped": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND " +
+			sqlstore.TimedSQL + " AND due_at <= ? LIMIT ?)", 1, 0, now, 216},
+		"fetch claimable, due, in order": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, due_at FROM rheo_deliveries " +
+			"WHERE grp_id = ? AND part = ? AND status < 2 ORDER BY seq LIMIT ?) WHERE " + sqlstore.TimedSQL + " AND due_at <= ? LIMIT ?)", 1, 0, 216, now, 100},
 		"fetch claimable, at once": {"SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND status = 0 AND " +
 			sqlstore.ReadySQL + " AND due_at <= ? ORDER BY seq LIMIT ?) UNION ALL SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ? AND part = ? " +
 			"AND status = 0 AND " + sqlstore.ReadySQL + " AND due_at <= ? ORDER BY seq LIMIT ?)", 1, 0, now, 100, 1, 1, now, 100},
@@ -114,10 +118,12 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	// The fetch reads claimable deliveries through the indexes made for
 	// them, never walking past leases in flight or delayed retries.
 	uses := map[string]string{
-		"fetch due partitions":     "rheo_deliveries_ready",
-		"fetch poison":             "rheo_deliveries_timed",
-		"fetch claimable, due":     "rheo_deliveries_timed",
-		"fetch claimable, at once": "rheo_deliveries_ready",
+		"fetch due partitions":           "rheo_deliveries_ready",
+		"fetch poison":                   "rheo_deliveries_attempts",
+		"fetch claimable, due":           "rheo_deliveries_timed",
+		"fetch claimable, due, capped":   "rheo_deliveries_timed",
+		"fetch claimable, due, in order": "rheo_deliveries_pending",
+		"fetch claimable, at once":       "rheo_deliveries_ready",
 	}
 	for name, q := range hot {
 		p := plan(t, db, q[0].(string), q[1:]...)

@@ -16,7 +16,10 @@ type Dialect interface {
 	// a literal question mark outside placeholders.
 	Rebind(query string) string
 	// Types maps the schema's type tokens ({IDPK}, {TEXT}, {JSON},
-	// {TABLEOPTS}) onto this database's DDL.
+	// {TABLEOPTS}) onto this database's DDL, and {LEASES_BY_ATTEMPT} onto
+	// the statement of schema version 6 (SQLite's index of leases by
+	// attempt, which its fetch's poison sweep reads; "" for a database
+	// whose backend fetches its own way).
 	Types() map[string]string
 	// MaxParams is how many bind parameters one statement may carry.
 	MaxParams() int

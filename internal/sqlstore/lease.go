@@ -99,7 +99,10 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 			b = Builder{}
 			b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
 				S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
-			inParts(&b, timed).S(" AND due_at <= ").Arg(now).S(" AND " + TimedSQL + " AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
+			// (due_at + 0: through the index of leases by attempt, which
+			// holds few at the limit, rather than the range of every
+			// expired lease in the index of due times.)
+			inParts(&b, timed).S(" AND due_at + 0 <= ").Arg(now).S(" AND " + TimedSQL + " AND status = 1 AND attempt >= ").Arg(g.maxAttempts)
 			if _, err := t.exec(ctx, b.SQL(), b.Args()...); err != nil {
 				return err
 			}
@@ -246,10 +249,7 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 		}
 		return nil
 	}
-	// (seq + 0: the due-time index's range, sorted, rather than the
-	// partition's deliveries in sequence order, past every lease in flight
-	// and every delayed retry.)
-	if err := perPart(timed, TimedSQL, now, "seq + 0"); err != nil {
+	if err := s.timedClaimable(ctx, t, grp, timed, idx, now, limit, out, scan); err != nil {
 		return nil, err
 	}
 	if err := perPart(ready, "status = 0 AND "+ReadySQL, readyDue(now), "seq"); err != nil {
@@ -263,6 +263,93 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 	}
 	return out, nil
 }
+
+// timedClaimable adds to out (by idx) the first limit deliveries of each
+// of parts in sequence order among those due at a time that has come
+// (expired leases, delayed retries whose delay is over), reading no more
+// than a bounded number of rows per partition unless it must:
+//
+//   - a capped range of the due-time index (at most dueCap(limit) rows): a
+//     partition with fewer due deliveries than that is done, its due
+//     deliveries all read (a few leases in flight, retries delayed past
+//     now: the range stops at now);
+//   - in a partition with more (many leases expired at once: a crashed
+//     fleet), the first dueCap(limit) pending deliveries in sequence order:
+//     if limit of them are due they are the answer;
+//   - else the whole due range, sorted (many due, but behind more that
+//     are not: delayed retries, or leases claimed again and not yet
+//     settled, as while a consumer works through such a backlog).
+//
+// Before, every fetch read and sorted the whole due range, so that a
+// partition with N expired leases cost every fetch O(N) until they were
+// claimed again; the last step still does.
+// TestManyExpiredLeasesAreClaimedInSequenceOrder takes each step.
+func (s *Store) timedClaimable(ctx context.Context, t *writeTx, grp int64, parts []int, idx map[int]int, now int64, limit int,
+	out [][]claimable, scan func(*Builder) error) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	k := dueCap(limit)
+	perPart := func(ps []int, q func(b *Builder, p int)) error {
+		for chunk := range slices.Chunk(ps, 200) {
+			var b Builder
+			for j, p := range chunk {
+				if j > 0 {
+					b.S(" UNION ALL ")
+				}
+				b.S("SELECT * FROM (")
+				q(&b, p)
+				b.S(")")
+			}
+			if err := scan(&b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// A capped range of the index of due times.
+	if err := perPart(parts, func(b *Builder, p int) {
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
+			S(" AND " + TimedSQL + " AND due_at <= ").Arg(now).S(" LIMIT ").Arg(k)
+	}); err != nil {
+		return err
+	}
+	var many []int
+	for _, p := range parts {
+		if len(out[idx[p]]) >= k {
+			many = append(many, p)
+			out[idx[p]] = out[idx[p]][:0]
+		}
+	}
+	if len(many) == 0 {
+		return nil
+	}
+	// The first pending deliveries in sequence order.
+	if err := perPart(many, func(b *Builder, p int) {
+		b.S("SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, due_at FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
+			S(" AND part = ").Arg(p).S(" AND status < 2 ORDER BY seq LIMIT ").Arg(k).
+			S(") WHERE " + TimedSQL + " AND due_at <= ").Arg(now).S(" LIMIT ").Arg(limit)
+	}); err != nil {
+		return err
+	}
+	var scattered []int
+	for _, p := range many {
+		if len(out[idx[p]]) < limit {
+			scattered = append(scattered, p)
+			out[idx[p]] = out[idx[p]][:0]
+		}
+	}
+	// The whole due range, sorted (seq + 0: the range of the due-time
+	// index, rather than the partition's deliveries in sequence order).
+	return perPart(scattered, func(b *Builder, p int) {
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
+			S(" AND " + TimedSQL + " AND due_at <= ").Arg(now).S(" ORDER BY seq + 0 LIMIT ").Arg(limit)
+	})
+}
+
+// dueCap is how many due deliveries of a partition a fetch of limit reads
+// before it looks for them in sequence order instead.
+func dueCap(limit int) int { return 2*limit + 16 }
 
 // dueParts returns, in partition order, the partitions among idx's keys in
 // which group grp has deliveries due at a time (leased, or nacked with a

@@ -18,7 +18,8 @@ func TestDollarRebindNumbersPlaceholders(t *testing.T) {
 type fakeDialect struct{ Dialect }
 
 func (fakeDialect) Types() map[string]string {
-	return map[string]string{"{IDPK}": "SERIAL PRIMARY KEY", "{TEXT}": "TEXT", "{JSON}": "json", "{TABLEOPTS}": ""}
+	return map[string]string{"{IDPK}": "SERIAL PRIMARY KEY", "{TEXT}": "TEXT", "{JSON}": "json", "{TABLEOPTS}": "",
+		"{LEASES_BY_ATTEMPT}": "CREATE INDEX x ON t (a)"}
 }
 
 func TestMigrationsSubstituteEveryToken(t *testing.T) {

@@ -447,8 +447,9 @@ func Migrations(d Dialect) ([]Migration, error) {
 		}
 		var stmts []string
 		for _, st := range strings.Split(stripComments(string(raw)), ";") {
-			if st = strings.TrimSpace(st); st != "" {
-				stmts = append(stmts, rep.Replace(st))
+			// A dialect may map a statement's token to nothing.
+			if st = strings.TrimSpace(rep.Replace(st)); st != "" {
+				stmts = append(stmts, st)
 			}
 		}
 		out = append(out, Migration{Version: v, Name: base, Statements: stmts})

@@ -1,0 +1,12 @@
+-- rheo schema, version 6: leases by attempt (SQLite).
+--
+-- A fetch first dead-letters the expired leases of its partitions that
+-- are at the group's attempt limit (R6). SQLite's fetch found them in the
+-- index of due times, reading every expired lease of the partition each
+-- time: after a fleet of consumers crashed holding many leases, every
+-- fetch paid for all of them until they were claimed again. This index
+-- reads only the leases at the limit, usually none. PostgreSQL, whose
+-- fetch is its own statement, gets no index here (the dialect's statement
+-- for this version is empty there): its planner took the index for settles
+-- of leased rows, which then read every lease of the partition.
+{LEASES_BY_ATTEMPT}
