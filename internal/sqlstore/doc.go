@@ -52,10 +52,11 @@
 // guarded UPDATEs, then lease the events past the cursor of each partition
 // as one span and advance the cursor. Settle deletes each span whose every
 // member the batch acks (each once, under its receipt, with its event's
-// ID: checked against the span's digest), turns any other span a request names into rows, then reads the
-// named rows of each partition once, fences every request (status leased,
-// same lease ID and receipt, same event), deletes acked rows with one
-// DELETE and updates nacked and dead-lettered rows.
+// ID: checked against the span's digest), turns any other span a request
+// names into rows, then reads the named rows of each partition once,
+// fences every request (status leased, same lease ID and receipt, same
+// event), deletes acked rows with one DELETE and updates nacked and
+// dead-lettered rows.
 //
 // # Writing SQL for both databases
 //

@@ -229,30 +229,15 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 		}
 		return rows.Err()
 	}
-	// Of each partition, the first limit in sequence order: of those due at
-	// a time that has come (a range of the due-time index), and of those
-	// available at once (the first of their index).
-	perPart := func(ps []int, cond string, due int64, order string) error {
-		for chunk := range slices.Chunk(ps, 200) {
-			var b Builder
-			for j, p := range chunk {
-				if j > 0 {
-					b.S(" UNION ALL ")
-				}
-				b.S("SELECT * FROM (SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
-					S(" AND part = ").Arg(p).S(" AND " + cond + " AND due_at <= ").Arg(due).
-					S(" ORDER BY " + order + " LIMIT ").Arg(limit).S(")")
-			}
-			if err := scan(&b); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := s.timedClaimable(ctx, t, grp, timed, idx, now, limit, out, scan); err != nil {
+	if err := timedClaimable(grp, timed, idx, now, limit, out, scan); err != nil {
 		return nil, err
 	}
-	if err := perPart(ready, "status = 0 AND "+ReadySQL, readyDue(now), "seq"); err != nil {
+	// Of those available at once, the first limit of each partition (the
+	// first of their index).
+	if err := eachPart(ready, scan, func(b *Builder, p int) {
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
+			S(" AND status = 0 AND " + ReadySQL + " AND due_at <= ").Arg(readyDue(now)).S(" ORDER BY seq LIMIT ").Arg(limit)
+	}); err != nil {
 		return nil, err
 	}
 	for i, cs := range out {
@@ -284,31 +269,14 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 // partition with N expired leases cost every fetch O(N) until they were
 // claimed again; the last step still does.
 // TestManyExpiredLeasesAreClaimedInSequenceOrder takes each step.
-func (s *Store) timedClaimable(ctx context.Context, t *writeTx, grp int64, parts []int, idx map[int]int, now int64, limit int,
+func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit int,
 	out [][]claimable, scan func(*Builder) error) error {
 	if len(parts) == 0 {
 		return nil
 	}
 	k := dueCap(limit)
-	perPart := func(ps []int, q func(b *Builder, p int)) error {
-		for chunk := range slices.Chunk(ps, 200) {
-			var b Builder
-			for j, p := range chunk {
-				if j > 0 {
-					b.S(" UNION ALL ")
-				}
-				b.S("SELECT * FROM (")
-				q(&b, p)
-				b.S(")")
-			}
-			if err := scan(&b); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	// A capped range of the index of due times.
-	if err := perPart(parts, func(b *Builder, p int) {
+	if err := eachPart(parts, scan, func(b *Builder, p int) {
 		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
 			S(" AND " + TimedSQL + " AND due_at <= ").Arg(now).S(" LIMIT ").Arg(k)
 	}); err != nil {
@@ -325,7 +293,7 @@ func (s *Store) timedClaimable(ctx context.Context, t *writeTx, grp int64, parts
 		return nil
 	}
 	// The first pending deliveries in sequence order.
-	if err := perPart(many, func(b *Builder, p int) {
+	if err := eachPart(many, scan, func(b *Builder, p int) {
 		b.S("SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, due_at FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
 			S(" AND part = ").Arg(p).S(" AND status < 2 ORDER BY seq LIMIT ").Arg(k).
 			S(") WHERE " + TimedSQL + " AND due_at <= ").Arg(now).S(" LIMIT ").Arg(limit)
@@ -341,10 +309,30 @@ func (s *Store) timedClaimable(ctx context.Context, t *writeTx, grp int64, parts
 	}
 	// The whole due range, sorted (seq + 0: the range of the due-time
 	// index, rather than the partition's deliveries in sequence order).
-	return perPart(scattered, func(b *Builder, p int) {
+	return eachPart(scattered, scan, func(b *Builder, p int) {
 		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
 			S(" AND " + TimedSQL + " AND due_at <= ").Arg(now).S(" ORDER BY seq + 0 LIMIT ").Arg(limit)
 	})
+}
+
+// eachPart runs q's query for each of parts, as subqueries joined by UNION
+// ALL, 200 partitions a statement, and hands each statement to scan.
+func eachPart(parts []int, scan func(*Builder) error, q func(b *Builder, p int)) error {
+	for chunk := range slices.Chunk(parts, 200) {
+		var b Builder
+		for j, p := range chunk {
+			if j > 0 {
+				b.S(" UNION ALL ")
+			}
+			b.S("SELECT * FROM (")
+			q(&b, p)
+			b.S(")")
+		}
+		if err := scan(&b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dueCap is how many due deliveries of a partition a fetch of limit reads
