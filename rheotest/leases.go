@@ -717,6 +717,78 @@ func runRetry(t *testing.T, f Factory) {
 			require.Equal(t, int64(1), e.info(s, g).DeadLetters)
 			e.requireLag(s, g, 0, 1, 1)
 		}},
+		// Many leases expired at once (a fleet of consumers crashed holding
+		// them), more than a store may read of them per fetch, behind
+		// deliveries that are not due (delayed retries, leases renewed) or
+		// not: fetches claim them in sequence order, and those that reach
+		// the attempt limit and expire again are buried first (R6).
+		{"many_expired_leases_are_claimed_in_sequence_order", func(t *testing.T, f Factory) {
+			for _, tc := range []struct {
+				name  string
+				block func(e *env, ls []rheo.Lease) // holds back the first 40 leases
+			}{
+				{"dense", nil},
+				{"behind_delayed_retries", func(e *env, ls []rheo.Lease) {
+					for _, l := range ls {
+						require.NoError(t, e.c.Nack(e.ctx, l, "later", rheo.Delay(24*time.Hour)))
+					}
+				}},
+				{"behind_leases_in_flight", func(e *env, ls []rheo.Lease) {
+					for _, l := range ls {
+						_, err := e.c.Renew(e.ctx, l, 24*time.Hour)
+						require.NoError(t, err)
+					}
+				}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					e := newEnv(t, f)
+					s := e.stream(1)
+					evs := e.appendN(s, 0, 140)
+					g := e.group(s, rheo.GroupConfig{MaxAttempts: 2})
+					ls := e.fetch(s, g, rheo.FetchOptions{Limit: 140, LeaseDuration: time.Minute})
+					require.Len(t, ls, 140)
+					next := int64(1) // the first sequence the fetches claim
+					if tc.block != nil {
+						tc.block(e, ls[:40])
+						next = 41
+					}
+					e.clk.Advance(2 * time.Minute)
+					again := e.fetch(s, g, rheo.FetchOptions{Limit: 5, LeaseDuration: time.Minute})
+					require.Equal(t, []int64{next, next + 1, next + 2, next + 3, next + 4}, sequences(again))
+					for _, l := range again {
+						require.Equal(t, 2, l.Attempt)
+					}
+					// Those five expire at the limit, with the rest.
+					e.clk.Advance(2 * time.Minute)
+					for range 6 {
+						got := e.fetch(s, g, rheo.FetchOptions{Limit: 5, LeaseDuration: time.Hour})
+						next += 5
+						require.Equal(t, []int64{next, next + 1, next + 2, next + 3, next + 4}, sequences(got))
+						for i, l := range got {
+							require.Equal(t, 2, l.Attempt)
+							requireSameEvent(t, evs[next-1+int64(i)], l.Event)
+						}
+					}
+					dls := e.deadLetters(s, g)
+					require.Len(t, dls, 5)
+					for i, d := range dls {
+						require.Equal(t, again[i].Event.ID, d.EventID)
+						require.Equal(t, "max_attempts: lease expired", d.Reason)
+					}
+				})
+			}
+		}},
+		{"many_expired_leases_at_max_attempts_1_are_all_buried", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 140)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+			require.Len(t, e.fetch(s, g, rheo.FetchOptions{Limit: 140, LeaseDuration: time.Minute}), 140)
+			e.clk.Advance(2 * time.Minute)
+			e.requireNone(s, g)
+			require.Equal(t, int64(140), e.info(s, g).DeadLetters)
+			e.requireLag(s, g, 0, 140, 140)
+		}},
 		{"renewing_an_expired_poison_lease_before_any_fetch_keeps_it", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

@@ -298,6 +298,15 @@ func positions(ls []rheo.Lease) []pos {
 	return out
 }
 
+// sequences are the leases' event sequences, in order.
+func sequences(ls []rheo.Lease) []int64 {
+	out := make([]int64, len(ls))
+	for i, l := range ls {
+		out[i] = l.Event.Sequence
+	}
+	return out
+}
+
 func eventPositions(evs []rheo.Event) []pos {
 	out := make([]pos, len(evs))
 	for i, ev := range evs {

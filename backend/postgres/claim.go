@@ -101,13 +101,23 @@ gpt AS (
 	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
 	ORDER BY part FOR UPDATE SKIP LOCKED
 ),
+tq AS (SELECT part FROM tp WHERE part = ANY($3::int[])),
 psel AS (
-	SELECT d.tid FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
+	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
+		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 1 AND x.attempt > 1 AND x.attempt >= $9
+			AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
+		FOR UPDATE SKIP LOCKED
+	) d
+	WHERE $9::int > 1
+	UNION ALL
+	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
 		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
 			AND x.status = 1 AND x.attempt >= $9
 		FOR UPDATE SKIP LOCKED
 	) d
+	WHERE $9::int <= 1
 ),
 poison AS (
 	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
@@ -123,11 +133,48 @@ oldr AS (
 		FOR UPDATE SKIP LOCKED
 	) d
 ),
-oldt AS (
-	SELECT d.* FROM (SELECT part FROM tp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
+dc AS MATERIALIZED (
+	SELECT p.part, d.tid FROM tq p CROSS JOIN LATERAL (
+		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
+		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
+		ORDER BY x.due_at LIMIT $13
+	) d
+),
+dn AS (SELECT part, count(*) >= $13 AS many FROM dc GROUP BY part),
+oldt1 AS (
+	SELECT d.* FROM (SELECT part FROM dn WHERE NOT many) p CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
+		WHERE x.ctid = ANY(ARRAY(SELECT tid FROM dc WHERE dc.part = p.part))
+			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
+			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+		ORDER BY x.seq LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	) d
+),
+oldt2 AS MATERIALIZED (
+	SELECT d.* FROM (SELECT part FROM dn WHERE many) p CROSS JOIN LATERAL (
+		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
+		WHERE x.ctid = ANY(ARRAY(
+				SELECT w.tid FROM (
+					SELECT y.ctid AS tid, y.status, y.attempt, y.due_at FROM {S}rheo_deliveries y
+					WHERE y.grp_id = $1 AND y.part = p.part AND y.status < 2
+					ORDER BY y.seq LIMIT $13
+				) w
+				WHERE w.due_at <= $5 AND w.{TIMED} AND NOT (w.status = 1 AND w.attempt >= $9)))
+			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
+			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+		ORDER BY x.seq LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	) d
+),
+oldt3 AS (
+	SELECT d.* FROM (
+		SELECT part FROM dn WHERE many AND (SELECT count(*) FROM oldt2 WHERE oldt2.part = dn.part) < $4
+	) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
 			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+			AND x.ctid <> ALL(ARRAY(SELECT tid FROM oldt2 WHERE oldt2.part = p.part))
 		ORDER BY x.seq + 0 LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
@@ -135,7 +182,7 @@ oldt AS (
 old AS (
 	SELECT part, seq, attempt, event_id, tid FROM (
 		SELECT u.*, row_number() OVER (PARTITION BY u.part ORDER BY u.seq) AS k
-		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt) u
+		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt1 UNION ALL SELECT * FROM oldt2 UNION ALL SELECT * FROM oldt3) u
 	) v WHERE v.k <= $4
 ),
 gpw AS (
@@ -347,7 +394,7 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	batch.Queue(setFetchGUCs)
 	batch.Queue(b.explodeFetch, g.id, g.streamID, parts, now)
 	batch.Queue(b.fetchSQL, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
-		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)))
+		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)), sqlstore.DueCap(r.Limit))
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()

@@ -37,8 +37,9 @@ func (dialect) Types() map[string]string {
 		// on the insert-only events table.
 		"{TABLEOPTS}": " WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)",
 		// Schema version 6 is SQLite's (its fetch's index of leases by
-		// attempt); this fetch finds those leases its own way.
+		// attempt); version 7 is this fetch's (see fetchSQL's psel).
 		"{LEASES_BY_ATTEMPT}": "",
+		"{RETRIED_LEASES}":    "CREATE INDEX IF NOT EXISTS rheo_deliveries_retried ON rheo_deliveries (grp_id, part, attempt) WHERE status = 1 AND attempt > 1",
 	}
 }
 

@@ -34,6 +34,8 @@ func (dialect) Types() map[string]string {
 		"{TABLEOPTS}": "",
 		// Schema version 6: the leases at a group's attempt limit.
 		"{LEASES_BY_ATTEMPT}": "CREATE INDEX IF NOT EXISTS rheo_deliveries_attempts ON rheo_deliveries (grp_id, part, attempt) WHERE status = 1",
+		// Schema version 7 is PostgreSQL's: version 6's index serves here.
+		"{RETRIED_LEASES}": "",
 	}
 }
 

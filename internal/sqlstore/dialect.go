@@ -16,10 +16,12 @@ type Dialect interface {
 	// a literal question mark outside placeholders.
 	Rebind(query string) string
 	// Types maps the schema's type tokens ({IDPK}, {TEXT}, {JSON},
-	// {TABLEOPTS}) onto this database's DDL, and {LEASES_BY_ATTEMPT} onto
+	// {TABLEOPTS}) onto this database's DDL, {LEASES_BY_ATTEMPT} onto
 	// the statement of schema version 6 (SQLite's index of leases by
 	// attempt, which its fetch's poison sweep reads; "" for a database
-	// whose backend fetches its own way).
+	// whose backend fetches its own way) and {RETRIED_LEASES} onto that of
+	// version 7 (PostgreSQL's index of leases past their first attempt,
+	// for its own fetch's sweep; "" elsewhere).
 	Types() map[string]string
 	// MaxParams is how many bind parameters one statement may carry.
 	MaxParams() int

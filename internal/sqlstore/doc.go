@@ -86,7 +86,8 @@
 //     Settle locks the delivery rows it fences; every transaction takes
 //     locks in the order cursors, then deliveries, so none deadlock;
 //   - map {LEASES_BY_ATTEMPT} to "" (the index is for this package's own
-//     fetch; PostgreSQL's planner took it for settles of leased rows);
+//     fetch; PostgreSQL's planner took it for settles of leased rows) and
+//     {RETRIED_LEASES} to its own fetch's index of leases retried;
 //   - return ` COLLATE "C"` from TextOrder (bytewise order, like Go);
 //   - take pg_advisory_xact_lock in MigrationLock;
 //   - compile MetadataEq as col->>$k = $v and PayloadEq as

@@ -254,12 +254,12 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 // (expired leases, delayed retries whose delay is over), reading no more
 // than a bounded number of rows per partition unless it must:
 //
-//   - a capped range of the due-time index (at most dueCap(limit) rows): a
+//   - a capped range of the due-time index (at most DueCap(limit) rows): a
 //     partition with fewer due deliveries than that is done, its due
 //     deliveries all read (a few leases in flight, retries delayed past
 //     now: the range stops at now);
 //   - in a partition with more (many leases expired at once: a crashed
-//     fleet), the first dueCap(limit) pending deliveries in sequence order:
+//     fleet), the first DueCap(limit) pending deliveries in sequence order:
 //     if limit of them are due they are the answer;
 //   - else the whole due range, sorted (many due, but behind more that
 //     are not: delayed retries, or leases claimed again and not yet
@@ -274,7 +274,7 @@ func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit in
 	if len(parts) == 0 {
 		return nil
 	}
-	k := dueCap(limit)
+	k := DueCap(limit)
 	// A capped range of the index of due times.
 	if err := eachPart(parts, scan, func(b *Builder, p int) {
 		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
@@ -335,9 +335,10 @@ func eachPart(parts []int, scan func(*Builder) error, q func(b *Builder, p int))
 	return nil
 }
 
-// dueCap is how many due deliveries of a partition a fetch of limit reads
-// before it looks for them in sequence order instead.
-func dueCap(limit int) int { return 2*limit + 16 }
+// DueCap is how many due deliveries of a partition a fetch of limit reads
+// before it looks for them in sequence order instead (and how many pending
+// deliveries it reads in sequence order before it reads them all).
+func DueCap(limit int) int { return 2*limit + 16 }
 
 // dueParts returns, in partition order, the partitions among idx's keys in
 // which group grp has deliveries due at a time (leased, or nacked with a

@@ -23,9 +23,10 @@ const (
 	dueNow      = math.MinInt64 + 1
 	readyOffset = 1 << 62
 	// ReadySQL and TimedSQL are the predicates of the two indexes;
-	// ReadyOffsetSQL is readyOffset.
-	ReadySQL       = "due_at < -2305843009213693952"
-	TimedSQL       = "due_at >= -2305843009213693952"
+	// TimedBound is their bound, ReadyOffsetSQL is readyOffset.
+	ReadySQL       = "due_at < " + TimedBound
+	TimedSQL       = "due_at >= " + TimedBound
+	TimedBound     = "-2305843009213693952"
 	ReadyOffsetSQL = "4611686018427387904"
 )
 

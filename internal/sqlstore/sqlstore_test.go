@@ -19,7 +19,7 @@ type fakeDialect struct{ Dialect }
 
 func (fakeDialect) Types() map[string]string {
 	return map[string]string{"{IDPK}": "SERIAL PRIMARY KEY", "{TEXT}": "TEXT", "{JSON}": "json", "{TABLEOPTS}": "",
-		"{LEASES_BY_ATTEMPT}": "CREATE INDEX x ON t (a)"}
+		"{LEASES_BY_ATTEMPT}": "CREATE INDEX x ON t (a)", "{RETRIED_LEASES}": "CREATE INDEX y ON t (b)"}
 }
 
 func TestMigrationsSubstituteEveryToken(t *testing.T) {

@@ -1,0 +1,15 @@
+-- rheo schema, version 7: leases retried, by attempt (PostgreSQL).
+--
+-- A fetch first dead-letters the expired leases of its partitions that
+-- are at the group's attempt limit (R6). PostgreSQL's fetch found them in
+-- the index of due times, reading every expired lease of the partition on
+-- every fetch: after a fleet of consumers crashed holding many leases,
+-- each fetch paid for all of them until they were claimed again. This
+-- index holds only leases past their first attempt, so the sweep reads
+-- those at the limit, usually none. Its predicate names attempt > 1,
+-- which only the sweep states: the planner cannot take it for the
+-- statements that look up leased rows by sequence (an index of every
+-- lease, as SQLite's version 6 has, was taken for settles, which then read
+-- every lease of the partition). SQLite, which has that index, maps this
+-- version to nothing.
+{RETRIED_LEASES}
