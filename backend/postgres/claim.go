@@ -146,7 +146,7 @@ oldt1 AS (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.ctid = ANY(ARRAY(SELECT tid FROM dc WHERE dc.part = p.part))
 			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
-			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+			AND x.status + 0 < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
 		ORDER BY x.seq LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
@@ -162,7 +162,7 @@ oldt2 AS MATERIALIZED (
 				) w
 				WHERE w.due_at <= $5 AND w.{TIMED} AND NOT (w.status = 1 AND w.attempt >= $9)))
 			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
-			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+			AND x.status + 0 < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
 		ORDER BY x.seq LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
