@@ -185,6 +185,18 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	fill(t, c, "s", 4000)
 	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	// The generic plan the backend makes on a connection's first fetch,
+	// made while the deliveries table is empty (see planner).
+	fetchArgs := func(now int64) []any {
+		var gid int64
+		require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
+		lids := make([]string, 100)
+		for i := range lids {
+			lids[i] = "00000000-0000-0000-0000-000000000000"
+		}
+		return []any{gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now + 30000000, "c", lids, 5, int32(0), "r", 25, 216}
+	}
+	early := planner(t, be)("rheo_fetch", postgres.FetchGUCsForTest, be.FetchSQLForTest(), fetchArgs(time.Now().UnixMicro())...)
 	var reopen []string
 	later := time.Now().Add(24 * time.Hour)
 	for n := 0; n < 4000; {
@@ -213,7 +225,9 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 	_, err = be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_deliveries")
 	require.NoError(t, err)
 
-	lines := explainFetch(t, be, time.Now().UnixMicro())
+	now := time.Now().UnixMicro()
+	checkReads(t, early(fetchArgs(now)...), "rheo_deliveries", 100)
+	lines := explainFetch(t, be, now)
 	leased := 0
 	node := "" // the plan node the lines that follow describe
 	for _, line := range lines {
@@ -322,39 +336,7 @@ func TestFetchAfterManyExpiredLeasesReadsAFew(t *testing.T) {
 	var gid int64
 	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
 
-	conn, err := be.Pool().Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	plan := func(name, gucs, q string, args ...any) func(args ...any) []string {
-		_, err := conn.Exec(ctx, "PREPARE "+name+" AS "+q)
-		require.NoError(t, err)
-		ps := make([]string, len(args))
-		for i := range args {
-			ps[i] = "$" + strconv.Itoa(i+1)
-		}
-		run := func(analyze bool, args ...any) []string {
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, gucs)
-			require.NoError(t, err)
-			opts := ""
-			if analyze {
-				opts = "(ANALYZE, BUFFERS) "
-			}
-			rows, err := tx.Query(ctx, "EXPLAIN "+opts+"EXECUTE "+name+"("+strings.Join(ps, ", ")+")",
-				append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			if os.Getenv("RHEO_EXPLAIN") != "" {
-				t.Log(strings.Join(lines, "\n"))
-			}
-			return lines
-		}
-		run(false, args...) // makes and caches the generic plan, now
-		return func(args ...any) []string { return run(true, args...) }
-	}
+	plan := planner(t, be)
 	lids := make([]string, 100)
 	for i := range lids {
 		lids[i] = "00000000-0000-0000-0000-000000000000"
@@ -384,7 +366,7 @@ func TestFetchAfterManyExpiredLeasesReadsAFew(t *testing.T) {
 	// A few claimed again before the crash (which turns every span into
 	// delivery rows), and expired again.
 	crashed.Advance(2 * time.Minute)
-	_, err = c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 20, LeaseDuration: time.Minute})
+	_, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 20, LeaseDuration: time.Minute})
 	require.NoError(t, err)
 
 	checkReads(t, fetch(fetchArgs...), "rheo_deliveries", 400)
@@ -401,6 +383,50 @@ func TestFetchAfterManyExpiredLeasesReadsAFew(t *testing.T) {
 	}
 	checkReads(t, settle(gid, now, ps, seqs, lids2, eids, kinds, make([]string, n), make([]int64, n), 5, "chan", "s", make([]string, n)),
 		"rheo_deliveries", n)
+}
+
+// planner returns plan, which prepares q on a connection of its own and
+// makes its generic plan at once, under gucs (the backend's settings,
+// which force generic plans), from the arguments given; the function plan
+// returns runs EXPLAIN ANALYZE of that plan, as it was made, with other
+// arguments. A backend's connection makes its generic plans on its first
+// fetch and settle, often while the deliveries table is empty: so does a
+// test that plans before it fills the table.
+func planner(t *testing.T, be *postgres.Backend) func(name, gucs, q string, args ...any) func(args ...any) []string {
+	ctx := context.Background()
+	conn, err := be.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	return func(name, gucs, q string, args ...any) func(args ...any) []string {
+		_, err := conn.Exec(ctx, "PREPARE "+name+" AS "+q)
+		require.NoError(t, err)
+		ps := make([]string, len(args))
+		for i := range args {
+			ps[i] = "$" + strconv.Itoa(i+1)
+		}
+		run := func(analyze bool, args ...any) []string {
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, gucs)
+			require.NoError(t, err)
+			opts := ""
+			if analyze {
+				opts = "(ANALYZE, BUFFERS) "
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN "+opts+"EXECUTE "+name+"("+strings.Join(ps, ", ")+")",
+				append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			if os.Getenv("RHEO_EXPLAIN") != "" {
+				t.Log(strings.Join(lines, "\n"))
+			}
+			return lines
+		}
+		run(false, args...) // makes and caches the generic plan, now
+		return func(args ...any) []string { return run(true, args...) }
+	}
 }
 
 // checkReads fails when a plan node reading table returned more than max
