@@ -75,6 +75,20 @@ const poisonReason = "max_attempts: lease expired"
 // partition once per claimed row. setFetchGUCs rules out the plans a
 // stale estimate would otherwise pick here (sequential scans, nested loops
 // but for the LATERAL probes).
+// The poison sweep of fetchSQL ({SWEEP}): the expired leases at the
+// attempt limit ($9) of a partition. With a limit above 1 they are in the
+// index of leases past their first attempt (schema version 7), whose
+// predicate (status = 1 AND attempt > 1) no other statement states, so
+// the planner takes it for this one only; the due-time conditions are
+// written so that they do not make the index of due times the cheaper
+// path. With a limit of 1 every expired lease is at the limit: the due
+// range is the sweep.
+const (
+	sweepRetried = `x.status = 1 AND x.attempt > 1 AND x.attempt >= $9
+			AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound
+	sweepDue = `x.due_at <= $5 AND x.{TIMED} AND x.status = 1 AND x.attempt >= $9`
+)
+
 const fetchSQL = `
 WITH RECURSIVE tp(part) AS (
 	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} ORDER BY x.part LIMIT 1)
@@ -105,19 +119,9 @@ tq AS (SELECT part FROM tp WHERE part = ANY($3::int[])),
 psel AS (
 	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
 		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 1 AND x.attempt > 1 AND x.attempt >= $9
-			AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
+		WHERE x.grp_id = $1 AND x.part = p.part AND {SWEEP}
 		FOR UPDATE SKIP LOCKED
 	) d
-	WHERE $9::int > 1
-	UNION ALL
-	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
-		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
-			AND x.status = 1 AND x.attempt >= $9
-		FOR UPDATE SKIP LOCKED
-	) d
-	WHERE $9::int <= 1
 ),
 poison AS (
 	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
@@ -393,7 +397,11 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
 	batch.Queue(b.explodeFetch, g.id, g.streamID, parts, now)
-	batch.Queue(b.fetchSQL, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
+	q := b.fetchSQL
+	if g.maxAttempts <= 1 {
+		q = b.fetchSQL1
+	}
+	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
 		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)), sqlstore.DueCap(r.Limit))
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
@@ -1097,12 +1105,14 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSQL, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
+	fetchSQL, fetchSQL1, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
-	b.fetchSQL = b.sqlf(due(memberIDs(fetchSQL)))
+	fetch := b.sqlf(due(memberIDs(fetchSQL)))
+	b.fetchSQL = strings.ReplaceAll(fetch, "{SWEEP}", sweepRetried)
+	b.fetchSQL1 = strings.ReplaceAll(fetch, "{SWEEP}", due(sweepDue))
 	b.renewSQL = b.sqlf(renewSQL)
 	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt", "{O}", "NULL::text").Replace(settleSpans)
 	settle := func(q, r, spans string) string {
