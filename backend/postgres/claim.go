@@ -18,18 +18,41 @@ import (
 
 const poisonReason = "max_attempts: lease expired"
 
+// The poison sweep of fetchSQL ({SWEEP}): the expired leases at the
+// attempt limit ($9) of a partition. With a limit above 1 they are in the
+// index of leases past their first attempt (schema version 7), whose
+// predicate (status = 1 AND attempt > 1) no other statement states, so
+// the planner takes it for this one only; the due-time conditions are
+// written so that they do not make the index of due times the cheaper
+// path. With a limit of 1 every expired lease is at the limit: the due
+// range is the sweep.
+const (
+	sweepRetried = `x.status = 1 AND x.attempt > 1 AND x.attempt >= $9
+			AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound
+	sweepDue = `x.due_at <= $5 AND x.{TIMED} AND x.status = 1 AND x.attempt >= $9`
+)
+
 // fetchSQL claims in one statement. Claimable deliveries come from two
 // partial indexes, so that it reads none it cannot claim however many
 // there are: those available at once (reopened, redriven, nacked without
 // a delay: due below the bound of {READY}; see sqlstore.ReadySQL) a limit
 // per partition in sequence order (oldr), and those due at a time that has
 // come (expired leases, retries whose delay is over) from the index of due
-// times (oldt; its ORDER BY seq + 0
-// keeps the planner from walking the partition's deliveries in sequence
-// order instead, past every lease in flight and every delayed retry). Both
-// visit only the partitions that have such rows, found by a skip scan of
-// each index (tp, rp): a fetch from many partitions of which few have
-// deliveries makes a probe per partition that has some.
+// times: a capped range of it per partition (dc, $13 = sqlstore.DueCap),
+// whose rows are the candidates where the partition has fewer due; where
+// it has more (a fleet crashed holding many leases), the due ones among
+// its first $13 pending deliveries in sequence order (oldt); only where
+// fewer than the limit are due among those (delayed retries or leases in
+// flight come first), the whole due range, sorted (oldw; its ORDER BY
+// seq + 0 keeps the planner from walking the partition's deliveries in
+// sequence order instead, past every lease in flight and every delayed
+// retry). oldt locks its candidates by tuple ID, in a form (status + 0,
+// due_at + 0, …) that leaves the planner no other path, whatever the
+// statistics the generic plan was made from (often a connection's first
+// fetch, on an empty table). Both kinds visit only the partitions that
+// have such rows, found by a skip scan of each index (tp, rp): a fetch
+// from many partitions of which few have deliveries makes a probe per
+// partition that has some.
 //
 // It locks the group's cursor rows of the
 // requested partitions that have events past the cursor (wk: the others
@@ -75,20 +98,6 @@ const poisonReason = "max_attempts: lease expired"
 // partition once per claimed row. setFetchGUCs rules out the plans a
 // stale estimate would otherwise pick here (sequential scans, nested loops
 // but for the LATERAL probes).
-// The poison sweep of fetchSQL ({SWEEP}): the expired leases at the
-// attempt limit ($9) of a partition. With a limit above 1 they are in the
-// index of leases past their first attempt (schema version 7), whose
-// predicate (status = 1 AND attempt > 1) no other statement states, so
-// the planner takes it for this one only; the due-time conditions are
-// written so that they do not make the index of due times the cheaper
-// path. With a limit of 1 every expired lease is at the limit: the due
-// range is the sweep.
-const (
-	sweepRetried = `x.status = 1 AND x.attempt > 1 AND x.attempt >= $9
-			AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound
-	sweepDue = `x.due_at <= $5 AND x.{TIMED} AND x.status = 1 AND x.attempt >= $9`
-)
-
 const fetchSQL = `
 WITH RECURSIVE tp(part) AS (
 	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} ORDER BY x.part LIMIT 1)
@@ -145,40 +154,31 @@ dc AS MATERIALIZED (
 	) d
 ),
 dn AS (SELECT part, count(*) >= $13 AS many FROM dc GROUP BY part),
-oldt1 AS (
-	SELECT d.* FROM (SELECT part FROM dn WHERE NOT many) p CROSS JOIN LATERAL (
+oldt AS MATERIALIZED (
+	SELECT d.* FROM dn p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.ctid = ANY(ARRAY(SELECT tid FROM dc WHERE dc.part = p.part))
-			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
-			AND x.status + 0 < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
-		ORDER BY x.seq LIMIT $4
-		FOR UPDATE SKIP LOCKED
-	) d
-),
-oldt2 AS MATERIALIZED (
-	SELECT d.* FROM (SELECT part FROM dn WHERE many) p CROSS JOIN LATERAL (
-		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
-		WHERE x.ctid = ANY(ARRAY(
+		WHERE x.ctid = ANY(CASE WHEN p.many THEN ARRAY(
 				SELECT w.tid FROM (
 					SELECT y.ctid AS tid, y.status, y.attempt, y.due_at FROM {S}rheo_deliveries y
 					WHERE y.grp_id = $1 AND y.part = p.part AND y.status < 2
 					ORDER BY y.seq LIMIT $13
 				) w
-				WHERE w.due_at <= $5 AND w.{TIMED} AND NOT (w.status = 1 AND w.attempt >= $9)))
+				WHERE w.due_at <= $5 AND w.{TIMED} AND NOT (w.status = 1 AND w.attempt >= $9))
+			ELSE ARRAY(SELECT tid FROM dc WHERE dc.part = p.part) END)
 			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
 			AND x.status + 0 < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
 		ORDER BY x.seq LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
 ),
-oldt3 AS (
+oldw AS (
 	SELECT d.* FROM (
-		SELECT part FROM dn WHERE many AND (SELECT count(*) FROM oldt2 WHERE oldt2.part = dn.part) < $4
+		SELECT part FROM dn WHERE many AND (SELECT count(*) FROM oldt WHERE oldt.part = dn.part) < $4
 	) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
 			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
-			AND x.ctid <> ALL(ARRAY(SELECT tid FROM oldt2 WHERE oldt2.part = p.part))
+			AND x.ctid <> ALL(ARRAY(SELECT tid FROM oldt WHERE oldt.part = p.part))
 		ORDER BY x.seq + 0 LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
@@ -186,7 +186,7 @@ oldt3 AS (
 old AS (
 	SELECT part, seq, attempt, event_id, tid FROM (
 		SELECT u.*, row_number() OVER (PARTITION BY u.part ORDER BY u.seq) AS k
-		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt1 UNION ALL SELECT * FROM oldt2 UNION ALL SELECT * FROM oldt3) u
+		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt UNION ALL SELECT * FROM oldw) u
 	) v WHERE v.k <= $4
 ),
 gpw AS (

@@ -268,7 +268,8 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 // Before, every fetch read and sorted the whole due range, so that a
 // partition with N expired leases cost every fetch O(N) until they were
 // claimed again; the last step still does.
-// TestManyExpiredLeasesAreClaimedInSequenceOrder takes each step.
+// The conformance case many_expired_leases_are_claimed_in_sequence_order
+// (rheotest) takes each step.
 func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit int,
 	out [][]claimable, scan func(*Builder) error) error {
 	if len(parts) == 0 {
