@@ -56,7 +56,8 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		var b Builder
 		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
 			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
-		if !coversAll(r.Partitions, ref.parts) {
+		all := coversAll(r.Partitions, ref.parts)
+		if !all {
 			b.S(" AND g.part IN (")
 			List(&b, r.Partitions).S(")")
 		}
@@ -81,7 +82,11 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 
 		// The spans whose lease expired become the leased rows they stand
 		// for, which the claim below then takes again or dead-letters.
-		if expired, err := s.spans(ctx, t, g.id, r.Partitions, "expires_at <= ?", now); err != nil {
+		spanParts := r.Partitions
+		if all {
+			spanParts = nil
+		}
+		if expired, err := s.spans(ctx, t, g.id, spanParts, "expires_at <= ?", now); err != nil {
 			return err
 		} else if err := s.explode(ctx, t, ref.id, g.id, expired); err != nil {
 			return err

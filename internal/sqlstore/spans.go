@@ -203,13 +203,18 @@ func spanDigest(ids []string) int64 {
 	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])))
 }
 
-// spans reads the spans of group grp in parts that also meet cond (an SQL
-// condition with args for its placeholders; "" for all), in partition and
-// sequence order.
+// spans reads the spans of group grp in parts (nil: in every partition)
+// that also meet cond (an SQL condition with args for its placeholders; ""
+// for all), in partition and sequence order.
 func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, cond string, args ...any) ([]span, error) {
 	var b Builder
 	b.S("SELECT part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, digest FROM rheo_spans WHERE grp_id = ").Arg(grp)
-	inParts(&b, parts)
+	if parts != nil {
+		// (A list of every partition would cost more than it saves: past
+		// 32 parameters, SQLite prepares the statement again whenever
+		// the ones after the 31st change, as the time below does.)
+		inParts(&b, parts)
+	}
 	if cond != "" {
 		b.S(" AND " + cond)
 	}
