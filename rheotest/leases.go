@@ -110,6 +110,50 @@ func runFetch(t *testing.T, f Factory) {
 			}
 			require.Equal(t, 2, seen[3], "two fetches of 2 must reach partition 3 despite partition 0's backlog: %v", seen)
 		}},
+		{"redeliveries_in_many_partitions_are_claimed_in_one_fetch", func(t *testing.T, f Factory) {
+			// 40 partitions, each with a nacked delivery (available at
+			// once) and an expired lease (due at a time): one fetch
+			// claims all of them, sorted, however a store splits the
+			// reads of many partitions.
+			e := newEnv(t, f)
+			s := e.stream(40)
+			var ms []rheo.Message
+			for p := range 40 {
+				ms = append(ms, msg(p, 1), msg(p, 2), msg(p, 3))
+			}
+			_, err := e.c.AppendBatch(e.ctx, s, ms)
+			require.NoError(t, err)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 120, LeaseDuration: time.Minute})
+			require.Len(t, ls, 120)
+			var want []pos
+			var reqs []rheo.SettleRequest
+			for _, l := range ls {
+				switch l.Event.Sequence {
+				case 1:
+					e.ack(l)
+				case 2:
+					reqs = append(reqs, rheo.SettleRequest{Kind: rheo.SettleNack, Lease: l, Reason: "again"})
+					want = append(want, pos{l.Event.Partition, 2})
+				case 3: // left to expire
+					want = append(want, pos{l.Event.Partition, 3})
+				}
+			}
+			errs, err := e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
+			require.NoError(t, err)
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			e.clk.Advance(2 * time.Minute)
+			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 200})
+			require.Equal(t, want, positions(ls))
+			for _, l := range ls {
+				require.Equal(t, 2, l.Attempt)
+			}
+			e.ack(ls...)
+			e.requireNone(s, g)
+			e.requireLag(s, g, 39, 3, 3)
+		}},
 		{"fetch_partitions_restricts_the_claim", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(3)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +77,49 @@ func BenchmarkConsume(b *testing.B) {
 	lag, err := c.Lag(ctx, "bench", "g")
 	require.NoError(b, err)
 	require.Zero(b, lag.Total)
+}
+
+// BenchmarkFetchRedeliveries fetches 100 leases at a time from 64
+// partitions that each hold 10 nacked deliveries, and nacks them back, so
+// that every fetch reads the deliveries available at once in every
+// partition (the reads of many partitions a statement, each with the
+// fetch's time).
+func BenchmarkFetchRedeliveries(b *testing.B) {
+	ctx := context.Background()
+	c := rheo.New(open(b))
+	const parts = 64
+	require.NoError(b, c.CreateStream(ctx, "bench", rheo.StreamConfig{Partitions: parts}))
+	require.NoError(b, c.CreateGroup(ctx, "bench", "g", rheo.GroupConfig{MaxAttempts: 1 << 30}))
+	ms := make([]rheo.Message, 0, parts*10)
+	for p := range parts {
+		for range 10 {
+			ms = append(ms, rheo.Message{Type: "order.created", Partition: &p, Payload: []byte(`{"order":12345}`)})
+		}
+	}
+	_, err := c.AppendBatch(ctx, "bench", ms)
+	require.NoError(b, err)
+	nack := func(ls []rheo.Lease) {
+		reqs := make([]rheo.SettleRequest, len(ls))
+		for i, l := range ls {
+			reqs[i] = rheo.SettleRequest{Kind: rheo.SettleNack, Lease: l, Reason: "again"}
+		}
+		_, err := c.Backend().Settle(ctx, "bench", "g", reqs, time.Now())
+		require.NoError(b, err)
+	}
+	// Every delivery becomes a row, nacked.
+	ls, err := c.Fetch(ctx, "bench", "g", rheo.FetchOptions{Limit: parts * 10})
+	require.NoError(b, err)
+	require.Len(b, ls, parts*10)
+	nack(ls)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		ls, err := c.Fetch(ctx, "bench", "g", rheo.FetchOptions{Limit: 100})
+		if err != nil || len(ls) != 100 {
+			b.Fatalf("fetched %d: %v", len(ls), err)
+		}
+		b.StopTimer()
+		nack(ls)
+		b.StartTimer()
+	}
 }

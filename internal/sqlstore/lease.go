@@ -322,24 +322,43 @@ func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit in
 }
 
 // eachPart runs q's query for each of parts, as subqueries joined by UNION
-// ALL, 200 partitions a statement, and hands each statement to scan.
+// ALL, as many a statement as fit in MaxPlannedParams parameters, and
+// hands each statement to scan.
 func eachPart(parts []int, scan func(*Builder) error, q func(b *Builder, p int)) error {
-	for chunk := range slices.Chunk(parts, 200) {
-		var b Builder
-		for j, p := range chunk {
-			if j > 0 {
-				b.S(" UNION ALL ")
+	var b Builder
+	arms := 0
+	for _, p := range parts {
+		var arm Builder
+		arm.S("SELECT * FROM (")
+		q(&arm, p)
+		arm.S(")")
+		if arms > 0 && len(b.args)+len(arm.args) > MaxPlannedParams {
+			if err := scan(&b); err != nil {
+				return err
 			}
-			b.S("SELECT * FROM (")
-			q(&b, p)
-			b.S(")")
+			b, arms = Builder{}, 0
 		}
-		if err := scan(&b); err != nil {
-			return err
+		if arms > 0 {
+			b.S(" UNION ALL ")
 		}
+		b.S(arm.SQL())
+		b.args = append(b.args, arm.args...)
+		arms++
 	}
-	return nil
+	if arms == 0 {
+		return nil
+	}
+	return scan(&b)
 }
+
+// MaxPlannedParams bounds the parameters of a statement whose parameters
+// SQLite's planner compares with columns (ranges, keys, times), such as
+// eachPart's. SQLite keeps track of those parameters in a 32-bit mask
+// whose last bit stands for every parameter past the 31st, and prepares a
+// statement again whenever one of them is bound to a new value: a
+// statement of 200 partitions' reads, with the time of each fetch past
+// its 31st parameter, would be parsed and planned on every fetch.
+const MaxPlannedParams = 32
 
 // DueCap is how many due deliveries of a partition a fetch of limit reads
 // before it looks for them in sequence order instead (and how many pending
