@@ -153,6 +153,36 @@ func runFetch(t *testing.T, f Factory) {
 			e.ack(ls...)
 			e.requireNone(s, g)
 			e.requireLag(s, g, 39, 3, 3)
+
+			// Fresh events in every partition, settled in one batch:
+			// whole acks of 39 fetched runs and a nack of the 40th.
+			ms = ms[:0]
+			for p := range 40 {
+				ms = append(ms, msg(p, 4))
+			}
+			_, err = e.c.AppendBatch(e.ctx, s, ms)
+			require.NoError(t, err)
+			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 100})
+			require.Len(t, ls, 40)
+			reqs = reqs[:0]
+			for _, l := range ls {
+				kind := rheo.SettleAck
+				if l.Event.Partition == 7 {
+					kind = rheo.SettleNack
+				}
+				reqs = append(reqs, rheo.SettleRequest{Kind: kind, Lease: l, Reason: "again"})
+			}
+			errs, err = e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
+			require.NoError(t, err)
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 100})
+			require.Equal(t, []pos{{7, 4}}, positions(ls))
+			e.ack(ls...)
+			e.requireNone(s, g)
+			e.requireLag(s, g, 39, 4, 4)
+			e.requireLag(s, g, 7, 4, 4)
 		}},
 		{"fetch_partitions_restricts_the_claim", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
