@@ -139,11 +139,7 @@ func runFetch(t *testing.T, f Factory) {
 					want = append(want, pos{l.Event.Partition, 3})
 				}
 			}
-			errs, err := e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
-			require.NoError(t, err)
-			for _, err := range errs {
-				require.NoError(t, err)
-			}
+			e.settle(s, g, reqs)
 			e.clk.Advance(2 * time.Minute)
 			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 200})
 			require.Equal(t, want, positions(ls))
@@ -172,11 +168,7 @@ func runFetch(t *testing.T, f Factory) {
 				}
 				reqs = append(reqs, rheo.SettleRequest{Kind: kind, Lease: l, Reason: "again"})
 			}
-			errs, err = e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
-			require.NoError(t, err)
-			for _, err := range errs {
-				require.NoError(t, err)
-			}
+			e.settle(s, g, reqs)
 			ls = e.fetch(s, g, rheo.FetchOptions{Limit: 100})
 			require.Equal(t, []pos{{7, 4}}, positions(ls))
 			e.ack(ls...)

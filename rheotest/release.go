@@ -119,11 +119,7 @@ func runRelease(t *testing.T, f Factory) {
 			for i, l := range ls {
 				reqs[i] = rheo.SettleRequest{Kind: rheo.SettleRelease, Lease: l, Reason: "ignored"}
 			}
-			errs, err := e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
-			require.NoError(t, err)
-			for i, err := range errs {
-				require.NoError(t, err, "release %d", i)
-			}
+			e.settle(s, g, reqs)
 			require.Equal(t, int64(6), e.info(s, g).Available)
 			again := e.fetch(s, g, rheo.FetchOptions{Limit: 10})
 			require.Equal(t, positions(ls), positions(again))

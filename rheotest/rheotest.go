@@ -199,6 +199,18 @@ func (e *env) ack(ls ...rheo.Lease) {
 	}
 }
 
+// settle sends reqs to the backend in one call and requires that each
+// of them settled.
+func (e *env) settle(s, g string, reqs []rheo.SettleRequest) {
+	e.t.Helper()
+	errs, err := e.c.Backend().Settle(e.ctx, s, g, reqs, e.clk.Now())
+	require.NoError(e.t, err)
+	require.Len(e.t, errs, len(reqs))
+	for i, err := range errs {
+		require.NoError(e.t, err, "request %d (kind %d, %s)", i, reqs[i].Kind, leaseName(reqs[i].Lease))
+	}
+}
+
 func (e *env) lag(s, g string) rheo.Lag {
 	e.t.Helper()
 	lag, err := e.c.Lag(e.ctx, s, g)

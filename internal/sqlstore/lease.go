@@ -56,10 +56,16 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		var b Builder
 		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
 			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
-		all := coversAll(r.Partitions, ref.parts)
-		if !all {
+		// The partitions asked for, nil when they are all the stream's:
+		// statements then name none (a list of them all costs more than
+		// it saves; see MaxPlannedParams).
+		listed := r.Partitions
+		if coversAll(r.Partitions, ref.parts) {
+			listed = nil
+		}
+		if listed != nil {
 			b.S(" AND g.part IN (")
-			List(&b, r.Partitions).S(")")
+			List(&b, listed).S(")")
 		}
 		b.S(" ORDER BY g.part" + s.d.LockRows())
 		rows, err := t.query(ctx, b.SQL(), b.Args()...)
@@ -82,11 +88,7 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 
 		// The spans whose lease expired become the leased rows they stand
 		// for, which the claim below then takes again or dead-letters.
-		spanParts := r.Partitions
-		if all {
-			spanParts = nil
-		}
-		if expired, err := s.spans(ctx, t, g.id, spanParts, "expires_at <= ?", now); err != nil {
+		if expired, err := s.spans(ctx, t, g.id, listed, "expires_at <= ?", now); err != nil {
 			return err
 		} else if err := s.explode(ctx, t, ref.id, g.id, expired); err != nil {
 			return err

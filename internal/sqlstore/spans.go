@@ -210,9 +210,6 @@ func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, c
 	var b Builder
 	b.S("SELECT part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, digest FROM rheo_spans WHERE grp_id = ").Arg(grp)
 	if parts != nil {
-		// (A list of every partition would cost more than it saves: past
-		// 32 parameters, SQLite prepares the statement again whenever
-		// the ones after the 31st change, as the time below does.)
 		inParts(&b, parts)
 	}
 	if cond != "" {
