@@ -289,6 +289,9 @@ type leaseKey struct{}
 // LeaseFromContext returns the lease of the event a handler is processing,
 // as it was fetched (Attempt tells how many deliveries this is).
 func LeaseFromContext(ctx context.Context) (Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(Lease)
-	return l, ok
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	if !ok {
+		return Lease{}, false
+	}
+	return *l, true
 }

@@ -36,7 +36,6 @@ const (
 // job is one held lease.
 type job struct {
 	id     string // the lease ID
-	event  Event
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -72,7 +71,8 @@ type run struct {
 	ins Instrumentation
 	win *window // nil unless MaxInflight is sized by the runtime
 
-	linger, maxLinger time.Duration // see settleLoop
+	linger, maxLinger time.Duration   // see settleLoop
+	reqs              []SettleRequest // flush's, reused (settler only)
 
 	// bg outlives the caller's cancellation (with its values) so that
 	// settles and renewals still go out while the consumer stops. Handler
@@ -296,9 +296,12 @@ func (r *run) dispatch(leases []Lease) {
 	jobs := make([]*job, len(leases))
 	g := &fetchGroup{unsent: len(leases)}
 	r.mu.Lock()
-	for i, l := range leases {
+	for i := range leases {
+		// The context holds the fetched lease by pointer: leases is the
+		// runtime's own and is never written again.
+		l := &leases[i]
 		ctx, cancel := context.WithCancelCause(context.WithValue(r.bg, leaseKey{}, l))
-		j := &job{id: l.ID, event: l.Event, ctx: ctx, hctx: ctx, cancel: cancel, lease: l, inQueue: true, group: g}
+		j := &job{id: l.ID, ctx: ctx, hctx: ctx, cancel: cancel, lease: *l, inQueue: true, group: g}
 		r.inflight[j] = struct{}{}
 		jobs[i] = j
 	}
@@ -444,7 +447,7 @@ func (r *run) handle(j *job, lease Lease) {
 		r.mu.Unlock()
 	}
 	start := time.Now()
-	err, panicked := r.call(j, hctx)
+	err, panicked := r.call(j, hctx, lease.Event)
 	elapsed := time.Since(start)
 	if j.proc != nil {
 		j.proc.Handled(err, panicked, elapsed)
@@ -491,7 +494,7 @@ func (r *run) handle(j *job, lease Lease) {
 }
 
 // call runs the handler, turning a panic into an error.
-func (r *run) call(j *job, ctx context.Context) (err error, panicked bool) {
+func (r *run) call(j *job, ctx context.Context, e Event) (err error, panicked bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			err, panicked = fmt.Errorf("panic: %v", v), true
@@ -501,7 +504,7 @@ func (r *run) call(j *job, ctx context.Context) (err error, panicked bool) {
 			r.log.ErrorContext(ctx, "handler panicked", append(leaseAttrs(lease), "panic", v, "stack", string(debug.Stack()))...)
 		}
 	}()
-	return r.cfg.Handler(ctx, j.event), false
+	return r.cfg.Handler(ctx, e), false
 }
 
 // leaseAttrs are the log attributes that place a record on one delivery (the

@@ -3,6 +3,7 @@ package rheo
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -159,7 +160,13 @@ func (r *run) settleTimeout() time.Duration { return max(r.cfg.LeaseDuration, ti
 // returns the follow-ups to send next (nacks after definitely failed acks).
 func (r *run) flush(batch []settleReq) []settleReq {
 	now := r.c.now()
-	reqs := make([]SettleRequest, len(batch))
+	// The requests' array is reused from flush to flush, like the batches'
+	// (a SettleRequest carries a whole Lease).
+	reqs := slices.Grow(r.reqs[:0], len(batch))[:len(batch)]
+	defer func() {
+		clear(reqs)
+		r.reqs = reqs[:0]
+	}()
 	for i, b := range batch {
 		reqs[i] = SettleRequest{Kind: b.kind, Lease: b.lease, Reason: b.reason}
 		if b.kind == SettleNack {

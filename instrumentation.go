@@ -131,6 +131,10 @@ type OperationResult struct {
 	Leases []Lease
 	// Settles are the settles sent, and SettleErrs their results (index
 	// for index) when the backend answered.
+	//
+	// The slices of a result are lent for the call: the consumer runtime
+	// reuses Settles' array once End returns, so an Instrumentation that
+	// keeps them copies them.
 	Settles    []SettleRequest
 	SettleErrs []error
 	// MaxAttempts is the group's attempt limit when Settles hold a nack

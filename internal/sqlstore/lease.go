@@ -153,6 +153,7 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 
 		leaseIDs := func() string { return r.NewLeaseID() }
 		exp := micros(r.Now.Add(r.LeaseDuration))
+		leases = slices.Grow(leases, int(int64(r.Limit)-remaining)) // what the claims below append, at once
 		for i, p := range r.Partitions {
 			if take[i] == 0 {
 				continue
@@ -525,22 +526,25 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 	if err != nil {
 		return out, err
 	}
-	evs, err := scanEvents(rows, r.Stream, make([]rheo.Event, 0, n))
+	// The events are scanned into the leases they go out in (no second
+	// copy of each).
+	start := len(out)
+	out, err = scanInto(rows, r.Stream, out, func(e rheo.Event) rheo.Lease { return rheo.Lease{Event: e} })
 	if err != nil {
 		return out, err
 	}
-	if int64(len(evs)) != n {
-		return out, rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: %d events past sequence %d, want %d", r.Stream, p, len(evs), cursor, n)
+	if got := int64(len(out) - start); got != n {
+		return out, rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: %d events past sequence %d, want %d", r.Stream, p, got, cursor, n)
 	}
 	tok := newID()
 	member := NewSpanIDs(tok)
-	ids := make([]string, len(evs))
-	for i, e := range evs {
-		id, receipt := member.Member(e.Sequence)
-		l := lease(r, id, 1, now, exp, e)
+	ids := make([]string, n)
+	for i := range out[start:] {
+		l := &out[start+i]
+		id, receipt := member.Member(l.Event.Sequence)
+		*l = lease(r, id, 1, now, exp, l.Event)
 		l.Receipt = receipt
-		out = append(out, l)
-		ids[i] = e.ID
+		ids[i] = l.Event.ID
 	}
 	digest := spanDigest(ids)
 	if _, err := t.exec(ctx, "INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, digest) "+

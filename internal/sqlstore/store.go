@@ -573,6 +573,11 @@ func (e *eventScan) event(stream string) (rheo.Event, error) {
 }
 
 func scanEvents(rows *sql.Rows, stream string, out []rheo.Event) ([]rheo.Event, error) {
+	return scanInto(rows, stream, out, func(e rheo.Event) rheo.Event { return e })
+}
+
+// scanInto appends to out each event row, as wrap makes it.
+func scanInto[T any](rows *sql.Rows, stream string, out []T, wrap func(rheo.Event) T) ([]T, error) {
 	defer rows.Close()
 	var sc eventScan
 	for rows.Next() {
@@ -583,7 +588,7 @@ func scanEvents(rows *sql.Rows, stream string, out []rheo.Event) ([]rheo.Event, 
 		if err != nil {
 			return out, err
 		}
-		out = append(out, e)
+		out = append(out, wrap(e))
 	}
 	return out, rows.Err()
 }
