@@ -87,6 +87,14 @@ func (b *Builder) Arg(v any) *Builder {
 	return b
 }
 
+// Part appends the placeholder of partition p, compared with a part column
+// in a statement that also orders by sequence: as PartParam.
+func (b *Builder) Part(p int) *Builder {
+	b.sb.WriteString(PartParam)
+	b.args = append(b.args, p)
+	return b
+}
+
 // List appends "?, ?, …" bound to vs.
 func List[T any](b *Builder, vs []T) *Builder {
 	for i, v := range vs {

@@ -243,7 +243,7 @@ func (s *Store) claimable(ctx context.Context, t *writeTx, grp int64, timed, rea
 	// Of those available at once, the first limit of each partition (the
 	// first of their index).
 	if err := eachPart(ready, scan, func(b *Builder, p int) {
-		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Part(p).
 			S(" AND status = 0 AND " + ReadySQL + " AND due_at <= ").Arg(readyDue(now)).S(" ORDER BY seq LIMIT ").Arg(limit)
 	}); err != nil {
 		return nil, err
@@ -286,7 +286,7 @@ func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit in
 	k := DueCap(limit)
 	// A capped range of the index of due times.
 	if err := eachPart(parts, scan, func(b *Builder, p int) {
-		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Part(p).
 			S(" AND " + TimedSQL + " AND due_at <= ").Arg(now).S(" LIMIT ").Arg(k)
 	}); err != nil {
 		return err
@@ -304,7 +304,7 @@ func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit in
 	// The first pending deliveries in sequence order.
 	if err := eachPart(many, scan, func(b *Builder, p int) {
 		b.S("SELECT part, seq, attempt, event_id FROM (SELECT part, seq, attempt, event_id, due_at FROM rheo_deliveries WHERE grp_id = ").Arg(grp).
-			S(" AND part = ").Arg(p).S(" AND status < 2 ORDER BY seq LIMIT ").Arg(k).
+			S(" AND part = ").Part(p).S(" AND status < 2 ORDER BY seq LIMIT ").Arg(k).
 			S(") WHERE " + TimedSQL + " AND due_at <= ").Arg(now).S(" LIMIT ").Arg(limit)
 	}); err != nil {
 		return err
@@ -319,7 +319,7 @@ func timedClaimable(grp int64, parts []int, idx map[int]int, now int64, limit in
 	// The whole due range, sorted (seq + 0: the range of the due-time
 	// index, rather than the partition's deliveries in sequence order).
 	return eachPart(scattered, scan, func(b *Builder, p int) {
-		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Arg(p).
+		b.S("SELECT part, seq, attempt, event_id FROM rheo_deliveries WHERE grp_id = ").Arg(grp).S(" AND part = ").Part(p).
 			S(" AND " + TimedSQL + " AND due_at <= ").Arg(now).S(" ORDER BY seq + 0 LIMIT ").Arg(limit)
 	})
 }
@@ -362,6 +362,14 @@ func eachPart(parts []int, scan func(*Builder) error, q func(b *Builder, p int))
 // statement of 200 partitions' reads, with the time of each fetch past
 // its 31st parameter, would be parsed and planned on every fetch.
 const MaxPlannedParams = 32
+
+// PartParam is the placeholder of a partition compared with a part
+// column, in a statement that also orders or limits by sequence: written
+// as a cast, so that SQLite's planner does not look at its value. A bare
+// parameter there made SQLite prepare the statement again whenever the
+// partition it was bound to changed (about every other read of events or
+// spans, partitions taking turns).
+const PartParam = "CAST(? AS INTEGER)"
 
 // DueCap is how many due deliveries of a partition a fetch of limit reads
 // before it looks for them in sequence order instead (and how many pending
@@ -420,7 +428,7 @@ func nackDue(avail, now int64) int64 {
 
 func inParts(b *Builder, parts []int) *Builder {
 	if len(parts) == 1 {
-		return b.S(" AND part = ").Arg(parts[0])
+		return b.S(" AND part = ").Part(parts[0])
 	}
 	b.S(" AND part IN (")
 	return List(b, parts).S(")")
@@ -521,7 +529,7 @@ const materializeChunk = 100
 // token, its receipt is that ID and SpanReceipt. It advances the cursor.
 func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest, ref streamRef, g groupRef, p int,
 	cursor, n, now, exp int64, newID func() string, out []rheo.Lease) ([]rheo.Lease, error) {
-	rows, err := t.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq",
+	rows, err := t.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = "+PartParam+" AND seq > ? AND seq <= ? ORDER BY seq",
 		ref.id, p, cursor, cursor+n)
 	if err != nil {
 		return out, err

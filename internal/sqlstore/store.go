@@ -161,6 +161,18 @@ func (s *Store) releaseWriter(discard bool) {
 	}
 }
 
+// WithWriter runs f on s's pinned writer connection (SingleWriter), between
+// transactions: for tests and diagnostics that look at the connection
+// itself, such as the state of its prepared statements.
+func WithWriter(s *Store, f func(*sql.Conn) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wconn == nil {
+		return rheo.Errorf(rheo.ErrInvalidArgument, "sqlstore: no pinned writer connection (not SingleWriter, or nothing written yet)")
+	}
+	return f(s.wconn)
+}
+
 // maxCachedStatements bounds each statement cache; statements built with
 // IN lists vary in shape, so a cache must not grow without bound.
 const maxCachedStatements = 512

@@ -273,7 +273,7 @@ func (s *Store) Read(ctx context.Context, stream string, partition int, after in
 	if partition < 0 || partition >= ref.parts {
 		return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", partition, stream, ref.parts)
 	}
-	rows, err := x.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? ORDER BY seq LIMIT ?",
+	rows, err := x.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = "+PartParam+" AND seq > ? ORDER BY seq LIMIT ?",
 		ref.id, partition, after, limit)
 	if err != nil {
 		return nil, s.classify(err, "read stream %q partition %d", stream, partition)
