@@ -133,8 +133,9 @@ type OperationResult struct {
 	// for index) when the backend answered.
 	//
 	// The slices of a result are lent for the call: the consumer runtime
-	// reuses Settles' array once End returns, so an Instrumentation that
-	// keeps them copies them.
+	// reuses Settles' array once End returns and hands Leases to its
+	// handlers, so an Instrumentation reads them without changing them and
+	// copies what it keeps.
 	Settles    []SettleRequest
 	SettleErrs []error
 	// MaxAttempts is the group's attempt limit when Settles hold a nack
