@@ -87,8 +87,15 @@ func (b *Builder) Arg(v any) *Builder {
 	return b
 }
 
-// Part appends the placeholder of partition p, compared with a part column
-// in a statement that also orders by sequence: as PartParam.
+// PartParam is the placeholder of a partition compared with a part
+// column: written as a cast, so that SQLite's planner does not look at its
+// value. A bare parameter in a statement that also orders by sequence made
+// SQLite prepare the statement again whenever the partition it was bound
+// to changed (about every other read of events or spans, partitions taking
+// turns).
+const PartParam = "CAST(? AS INTEGER)"
+
+// Part appends the placeholder of partition p, as PartParam.
 func (b *Builder) Part(p int) *Builder {
 	b.sb.WriteString(PartParam)
 	b.args = append(b.args, p)

@@ -363,14 +363,6 @@ func eachPart(parts []int, scan func(*Builder) error, q func(b *Builder, p int))
 // its 31st parameter, would be parsed and planned on every fetch.
 const MaxPlannedParams = 32
 
-// PartParam is the placeholder of a partition compared with a part
-// column, in a statement that also orders or limits by sequence: written
-// as a cast, so that SQLite's planner does not look at its value. A bare
-// parameter there made SQLite prepare the statement again whenever the
-// partition it was bound to changed (about every other read of events or
-// spans, partitions taking turns).
-const PartParam = "CAST(? AS INTEGER)"
-
 // DueCap is how many due deliveries of a partition a fetch of limit reads
 // before it looks for them in sequence order instead (and how many pending
 // deliveries it reads in sequence order before it reads them all).
