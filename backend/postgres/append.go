@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"time"
@@ -169,45 +170,119 @@ func (b *Backend) Append(ctx context.Context, stream string, evs []rheo.Event) (
 // appendFast runs appendFastSQL; a unique violation on an event ID means
 // the batch holds a stored ID and the caller falls back to appendSQL.
 func (b *Backend) appendFast(ctx context.Context, s streamRef, stream string, evs []rheo.Event) ([]rheo.Event, error) {
-	a, err := columns(s, stream, evs)
+	n := len(evs)
+	// Each event's rank within its partition in the batch.
+	count := make([]int32, s.parts)
+	ranks := make([]int32, n)
+	touched := 0
+	for i, e := range evs {
+		if e.Partition < 0 || e.Partition >= s.parts {
+			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", e.Partition, stream, s.parts)
+		}
+		if count[e.Partition] == 0 {
+			touched++
+		}
+		count[e.Partition]++
+		ranks[i] = count[e.Partition]
+	}
+	base := make(map[int32]int64, touched)
+	var inserted int64
+	var err error
+	if b.wire {
+		inserted, err = b.appendFastWire(ctx, s, stream, evs, ranks, base)
+	} else {
+		inserted, err = b.appendFastPgx(ctx, s, stream, evs, ranks, base)
+	}
 	if err != nil {
 		return nil, err
 	}
-	count := map[int32]int32{}
-	ranks := make([]int32, len(evs))
-	for i, p := range a.parts {
-		count[p]++
-		ranks[i] = count[p]
+	if inserted != int64(n) || len(base) != touched {
+		return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: %d of %d events confirmed", stream, inserted, n)
+	}
+	out := make([]rheo.Event, n)
+	for i, e := range evs {
+		e.Stream = stream
+		e.Sequence = base[int32(e.Partition)] + int64(ranks[i])
+		out[i] = e
+	}
+	return out, nil
+}
+
+// appendFastOIDs are the types of appendFastSQL's parameters, in order.
+var appendFastOIDs = []uint32{oidInt8, oidTextArray, oidInt4Array, oidTextArray, oidTextArray, oidInt8Array,
+	oidTextArray, oidTextArray, oidText, oidText, oidInt4Array}
+
+var emptyPayload = []byte("{}")
+
+// appendFastWire runs appendFastSQL with parameters it encodes itself (see
+// wire.go), records each partition's base sequence and returns how many
+// events were inserted.
+func (b *Backend) appendFastWire(ctx context.Context, s streamRef, stream string, evs []rheo.Event, ranks []int32, base map[int32]int64) (int64, error) {
+	n := len(evs)
+	metas := make([][]byte, n)
+	for i, e := range evs {
+		if e.Metadata == nil {
+			continue
+		}
+		m, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return 0, rheo.Wrap(rheo.ErrInvalidArgument, err, "event %q metadata", e.ID)
+		}
+		metas[i] = m
+	}
+	w := getWire()
+	defer putWire(w)
+	w.int8(s.id)
+	w.stringArray(n, func(i int) string { return evs[i].ID })
+	w.int4Array(n, func(i int) int32 { return int32(evs[i].Partition) })
+	w.stringArray(n, func(i int) string { return evs[i].Type })
+	w.stringArray(n, func(i int) string { return evs[i].Key })
+	w.int8Array(n, func(i int) int64 { return evs[i].Timestamp.UnixMicro() })
+	w.textArray(n, func(i int) []byte {
+		if len(evs[i].Payload) == 0 {
+			return emptyPayload
+		}
+		return evs[i].Payload
+	})
+	w.textArray(n, func(i int) []byte { return metas[i] })
+	w.text(b.channel)
+	w.text(stream)
+	w.int4Array(n, func(i int) int32 { return ranks[i] })
+	var inserted int64
+	err := wireQuery(ctx, b.pool, b.appendFastSQL, appendFastOIDs, w, func(v [][]byte) error {
+		if len(v) != 4 || len(v[0]) != 4 || len(v[1]) != 8 || len(v[2]) != 8 {
+			return rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: unexpected result row", stream)
+		}
+		base[int32(binary.BigEndian.Uint32(v[0]))] = int64(binary.BigEndian.Uint64(v[1]))
+		inserted = int64(binary.BigEndian.Uint64(v[2]))
+		return nil
+	})
+	return inserted, err
+}
+
+// appendFastPgx runs appendFastSQL through pgx's own encoding (a pool with
+// a query tracer).
+func (b *Backend) appendFastPgx(ctx context.Context, s streamRef, stream string, evs []rheo.Event, ranks []int32, base map[int32]int64) (int64, error) {
+	a, err := columns(s, stream, evs)
+	if err != nil {
+		return 0, err
 	}
 	rows, err := b.pool.Query(ctx, b.appendFastSQL, s.id, a.ids, a.parts, a.types, a.keys, a.ts, a.payloads, a.metas,
 		b.channel, stream, ranks)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer rows.Close()
-	base := make(map[int32]int64, len(count))
 	var inserted int64
 	for rows.Next() {
 		var p int32
 		var bs, n, notified int64
 		if err := rows.Scan(&p, &bs, &n, &notified); err != nil {
-			return nil, err
+			return 0, err
 		}
 		base[p], inserted = bs, n
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if inserted != int64(len(evs)) || len(base) != len(count) {
-		return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: %d of %d events confirmed", stream, inserted, len(evs))
-	}
-	out := make([]rheo.Event, len(evs))
-	for i, e := range evs {
-		e.Stream = stream
-		e.Sequence = base[a.parts[i]] + int64(ranks[i])
-		out[i] = e
-	}
-	return out, nil
+	return inserted, rows.Err()
 }
 
 // appendCols are a batch's columns, as statement arrays.
