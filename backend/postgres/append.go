@@ -188,7 +188,7 @@ func (b *Backend) appendFast(ctx context.Context, s streamRef, stream string, ev
 	base := make(map[int32]int64, touched)
 	var inserted int64
 	var err error
-	if b.wire {
+	if b.wire != wireOff {
 		inserted, err = b.appendFastWire(ctx, s, stream, evs, ranks, base)
 	} else {
 		inserted, err = b.appendFastPgx(ctx, s, stream, evs, ranks, base)
@@ -249,7 +249,7 @@ func (b *Backend) appendFastWire(ctx context.Context, s streamRef, stream string
 	w.text(stream)
 	w.int4Array(n, func(i int) int32 { return ranks[i] })
 	var inserted int64
-	err := wireQuery(ctx, b.pool, b.appendFastSQL, appendFastOIDs, w, func(v [][]byte) error {
+	err := wireQuery(ctx, b.pool, b.wire, b.appendFastSQL, appendFastOIDs, w, func(v [][]byte) error {
 		if len(v) != 4 || len(v[0]) != 4 || len(v[1]) != 8 || len(v[2]) != 8 {
 			return rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: unexpected result row", stream)
 		}

@@ -78,9 +78,8 @@ type Backend struct {
 	q string
 	// channel is the NOTIFY channel of this schema.
 	channel string
-	// wire: appends encode their parameters themselves (wire.go); false
-	// when the pool has a query tracer, which sees only pgx's own path.
-	wire bool
+	// wire is how appends run the parameters they encode (wire.go).
+	wire wirePath
 
 	db    *sql.DB // database/sql view of pool, for the shared SQL layer
 	store *sqlstore.Store
@@ -129,7 +128,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		schema:  cfg.schema,
 		q:       pgx.Identifier{cfg.schema}.Sanitize() + ".",
 		channel: "rheo_" + cfg.schema,
-		wire:    pool.Config().ConnConfig.Tracer == nil,
+		wire:    wirePathOf(pool),
 		streams: map[string]streamRef{},
 		groups:  map[[2]string]groupRef{},
 		rr:      map[int64]int{},

@@ -163,12 +163,36 @@ func (w *wireBuf) int8Array(n int, at func(int) int64) {
 	w.end()
 }
 
+// wirePath is how a backend runs statements whose parameters it encodes.
+type wirePath int
+
+const (
+	// wireOff: through pgx (a pool with a query tracer, which sees only
+	// pgx's own path).
+	wireOff wirePath = iota
+	// wirePrepared: prepared once per connection, as pgx's default mode
+	// (QueryExecModeCacheStatement) does.
+	wirePrepared
+	// wireUnnamed: sent unnamed with every run, as pgx's other modes do,
+	// so that it works behind a transaction pooler.
+	wireUnnamed
+)
+
+func wirePathOf(pool *pgxpool.Pool) wirePath {
+	cfg := pool.Config().ConnConfig
+	switch {
+	case cfg.Tracer != nil:
+		return wireOff
+	case cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement:
+		return wirePrepared
+	}
+	return wireUnnamed
+}
+
 // wireQuery runs sql with the binary parameters of w (of types oids) on a
 // connection of the pool, and calls row with each result row's binary
-// values. On a pool that caches statements (pgx's default mode) the
-// statement is prepared once per connection, as pgx would; in the other
-// modes it is sent unnamed, so that it works behind a transaction pooler.
-func wireQuery(ctx context.Context, pool *pgxpool.Pool, sql string, oids []uint32, w *wireBuf, row func([][]byte) error) error {
+// values.
+func wireQuery(ctx context.Context, pool *pgxpool.Pool, path wirePath, sql string, oids []uint32, w *wireBuf, row func([][]byte) error) error {
 	c, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -176,10 +200,28 @@ func wireQuery(ctx context.Context, pool *pgxpool.Pool, sql string, oids []uint3
 	defer c.Release()
 	pc := c.Conn().PgConn()
 	vals, fmts := w.params()
+	for attempt := 0; ; attempt++ {
+		err := wireRun(ctx, c.Conn(), pc, path, sql, oids, vals, fmts, row)
+		var pe *pgconn.PgError
+		if err != nil && path == wirePrepared && attempt == 0 && errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
+			// The statement no longer fits the tables (a migration
+			// changed a result type) or is gone. Neither ran it:
+			// prepare it anew and run it once more, as pgx does with
+			// the statements it caches.
+			if err := c.Conn().Deallocate(ctx, sql); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
+func wireRun(ctx context.Context, conn *pgx.Conn, pc *pgconn.PgConn, path wirePath, sql string, oids []uint32, vals [][]byte, fmts []int16, row func([][]byte) error) error {
 	results := []int16{1}
 	var rr *pgconn.ResultReader
-	if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-		sd, err := c.Conn().Prepare(ctx, sql, sql)
+	if path == wirePrepared {
+		sd, err := conn.Prepare(ctx, sql, sql)
 		if err != nil {
 			return err
 		}

@@ -127,3 +127,33 @@ func TestAppendOnEveryPoolMode(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendPreparesAgainAStatementThatIsGone drops the connection's
+// prepared statements behind pgx's back (as DISCARD ALL or a pooler reset
+// does) between two appends: the second prepares its statement again and
+// succeeds.
+func TestAppendPreparesAgainAStatementThatIsGone(t *testing.T) {
+	testPool(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dsn())
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	schema := schemaName()
+	b, err := postgres.New(pool, postgres.WithSchema(schema))
+	require.NoError(t, err)
+	defer teststore.DropSchema(t, testPool(t), schema)
+	defer b.Close()
+	c := rheo.New(b)
+	require.NoError(t, c.Migrate(ctx))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	first, err := c.Append(ctx, "s", rheo.Message{Type: "t", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	second, err := c.Append(ctx, "s", rheo.Message{Type: "t", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, first.Sequence+1, second.Sequence)
+}
