@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the database/sql driver rheo's SQLite store uses
@@ -42,7 +41,7 @@ func pgBareClaimDelete(ctx context.Context, e *env, n int) (float64, error) {
 	var done atomic.Int64
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup
-	start := time.Now()
+	start := e.start()
 	for range 2 {
 		wg.Go(func() {
 			ids := make([]int64, 0, 100)
@@ -80,7 +79,7 @@ func pgBareClaimDelete(ctx context.Context, e *env, n int) (float64, error) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := e.stop(start)
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, err
@@ -105,7 +104,7 @@ func pgBareInsert(size int) workload {
 		q := "INSERT INTO " + tbl + " (eid, payload) SELECT i, p::jsonb FROM unnest($1::text[], $2::text[]) AS t(i, p)"
 		ids := make([]string, size)
 		ps := make([]string, size)
-		start := time.Now()
+		start := e.start()
 		for i := 0; i < n; i += size {
 			m := min(size, n-i)
 			for j := range m {
@@ -116,7 +115,7 @@ func pgBareInsert(size int) workload {
 				return 0, err
 			}
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }
 
@@ -126,11 +125,11 @@ func redisBareXAdd(size int) workload {
 	return func(ctx context.Context, e *env, n int) (float64, error) {
 		p, del := e.prefix("bare")
 		defer del()
-		start := time.Now()
+		start := e.start()
 		if err := xadd(ctx, e.rdb, p+"s", n, size); err != nil {
 			return 0, err
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }
 
@@ -162,7 +161,7 @@ func redisBareGroup(ctx context.Context, e *env, n int) (float64, error) {
 	var done atomic.Int64
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup
-	start := time.Now()
+	start := e.start()
 	for w := range 2 {
 		wg.Go(func() {
 			for done.Load() < int64(n) {
@@ -192,7 +191,7 @@ func redisBareGroup(ctx context.Context, e *env, n int) (float64, error) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := e.stop(start)
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, err
@@ -234,11 +233,11 @@ func sqliteBareInsert(size int) workload {
 			return 0, err
 		}
 		defer cleanup()
-		start := time.Now()
+		start := e.start()
 		if err := sqliteInsert(ctx, db, n, size); err != nil {
 			return 0, err
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }
 
@@ -285,7 +284,7 @@ func sqliteBareQueueSync(ctx context.Context, e *env, n int, full bool) (float64
 	if err := sqliteInsert(ctx, db, n, 500); err != nil {
 		return 0, err
 	}
-	start := time.Now()
+	start := e.start()
 	for range n {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -305,5 +304,5 @@ func sqliteBareQueueSync(ctx context.Context, e *env, n int, full bool) (float64
 			return 0, err
 		}
 	}
-	return rate(n, time.Since(start)), nil
+	return rate(n, e.stop(start)), nil
 }

@@ -28,8 +28,10 @@ type env struct {
 	pool    *pgxpool.Pool
 	rdb     *goredis.Client
 	tmp     string
-	parts   int // partitions of every rheo stream
-	workers int // handler concurrency of the runtime and of River
+	parts   int      // partitions of every rheo stream
+	workers int      // handler concurrency of the runtime and of River
+	cpu     bool     // -cpu: record the CPU of each timed part (cpu.go)
+	spent   cpuTimes // the CPU of the last timed part, with cpu
 }
 
 func newEnv(ctx context.Context, pgDSN, redisAddr string, parts, workers int) (*env, error) {

@@ -124,6 +124,8 @@ type result struct {
 	pair  *pair
 	round int
 	a, b  float64
+	// ca, cb: CPU per event of each side's timed part, with -cpu.
+	ca, cb cpuTimes
 }
 
 func (r result) ratio() float64 {
@@ -141,12 +143,14 @@ type config struct {
 	workers   int
 	only      string
 	csv       string
+	cpu       bool
 
 	scale        bool   // run the scale cases instead of the pairs
 	scaleStores  string // comma-separated
 	scaleEvents  int
 	scaleCycles  int
 	scaleSettled int
+	walCost      int // with -scale-wal: events of the long stream
 }
 
 func main() {
@@ -161,11 +165,13 @@ func main() {
 	flag.IntVar(&cfg.workers, "workers", 100, "handler concurrency of rheo's runtime and River's MaxWorkers")
 	flag.StringVar(&cfg.only, "only", "", "run only the pairs whose name matches this regular expression")
 	flag.StringVar(&cfg.csv, "csv", "peers.csv", "CSV file to write (empty: none)")
+	flag.BoolVar(&cfg.cpu, "cpu", false, "also report the CPU time per event of each side: this process's (the client) and that of the local postgres and redis-server processes (Linux)")
 	flag.BoolVar(&cfg.scale, "scale", false, "measure operation costs at scale (1,000 groups, 1,024 partitions, -scale-events events) against a small stream, instead of the pairs")
 	flag.StringVar(&cfg.scaleStores, "scale-stores", "memory,sqlite,postgres,redis", "stores of -scale")
 	flag.IntVar(&cfg.scaleEvents, "scale-events", 10000000, "events of the long stream of -scale")
 	flag.IntVar(&cfg.scaleSettled, "scale-settled", 100000, "events the measured group of -scale leaves reopened (by a Replay) or delayed (nacked for a day) in the two settled cases")
 	flag.IntVar(&cfg.scaleCycles, "scale-cycles", 200, "measured cycles per case of -scale")
+	flag.IntVar(&cfg.walCost, "scale-wal", 0, "instead of the pairs: load a PostgreSQL stream of this many events and print the WAL bytes per append of 100 to it and to a small stream")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -181,6 +187,18 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if cfg.walCost > 0 {
+		e, err := newEnv(ctx, cfg.pg, cfg.redis, cfg.parts, cfg.workers)
+		if err == nil {
+			err = walCost(ctx, e, cfg.walCost, os.Stdout)
+			e.close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.scale {
 		if err := scale(ctx, cfg, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "peers:", err)
@@ -229,6 +247,7 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 		return nil, err
 	}
 	defer e.close()
+	e.cpu = cfg.cpu
 	var sel []*pair
 	all := pairs(cfg.workers)
 	for i := range all {
@@ -245,16 +264,19 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 			r := result{pair: p, round: round + 1}
 			first, second := &p.a, &p.b
 			ra, rb := &r.a, &r.b
+			ca, cb := &r.ca, &r.cb
 			if round%2 == 1 && p.b.run != nil {
-				first, second, ra, rb = second, first, rb, ra
+				first, second, ra, rb, ca, cb = second, first, rb, ra, cb, ca
 			}
 			if *ra, err = first.run(ctx, e, first.size(cfg.sz)); err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", p.name, first.label, err)
 			}
+			*ca = perEvent(e.spent, first.size(cfg.sz))
 			if second.run != nil {
 				if *rb, err = second.run(ctx, e, second.size(cfg.sz)); err != nil {
 					return nil, fmt.Errorf("%s: %s: %w", p.name, second.label, err)
 				}
+				*cb = perEvent(e.spent, second.size(cfg.sz))
 			}
 			results = append(results, r)
 			if p.b.run == nil {
@@ -262,9 +284,19 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 			} else {
 				fmt.Fprintf(out, "round %d  %-52s  %10.0f/s vs %10.0f/s  %.2f×\n", r.round, p.name, r.a, r.b, r.ratio())
 			}
+			if cfg.cpu {
+				fmt.Fprintf(out, "         CPU µs/event, client + servers: rheo %s", r.ca)
+				if p.b.run != nil {
+					fmt.Fprintf(out, ", peer %s", r.cb)
+				}
+				fmt.Fprintln(out)
+			}
 		}
 	}
 	printTable(out, sel, results)
+	if cfg.cpu {
+		printCPU(out, sel, results)
+	}
 	if cfg.csv != "" {
 		if err := writeCSV(cfg.csv, results); err != nil {
 			return nil, err

@@ -124,3 +124,64 @@ func envOr(k, def string) string {
 	}
 	return def
 }
+
+// TestCPUPerEvent runs two append pairs with -cpu: each side of each round
+// reports the CPU its client spent and, the servers being local here, the
+// CPU of the PostgreSQL or Redis processes, and the table lists them.
+func TestCPUPerEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := config{
+		pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379"),
+		sz:     sizes{consume: 200, appends: 20000, memory: 1000},
+		rounds: 2, parts: 2, workers: 10, cpu: true,
+		only: `^(postgres append 1000: vs bare INSERT|redis append 1000: vs pipelined XADD)$`,
+	}
+	var out bytes.Buffer
+	results, err := run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("peers: %v\n%s", err, out.String())
+	}
+	if len(results) != 4 {
+		t.Fatalf("%d results, want 4\n%s", len(results), out.String())
+	}
+	for _, r := range results {
+		for side, c := range map[string]cpuTimes{"rheo": r.ca, "peer": r.cb} {
+			if c.client <= 0 || c.server <= 0 {
+				t.Errorf("%s round %d, %s: CPU per event %v (client + servers), want both positive", r.pair.name, r.round, side, c)
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "rheo servers µs/event") {
+		t.Errorf("no CPU table in the output:\n%s", out.String())
+	}
+	checkNothingLeft(ctx, t, cfg)
+}
+
+// TestWALCostSmoke runs -scale-wal on a short stream: three passes over
+// both streams, each with a positive WAL volume, and nothing left behind.
+func TestWALCostSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := config{pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379")}
+	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	var out bytes.Buffer
+	if err := walCost(ctx, e, 2000, &out); err != nil {
+		t.Fatalf("walCost: %v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("%d lines, want 6 (3 passes, 2 streams):\n%s", len(lines), out.String())
+	}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[4] == "0" || strings.HasPrefix(f[4], "-") {
+			t.Errorf("line %q: want a positive WAL volume", l)
+		}
+	}
+	checkNothingLeft(ctx, t, cfg)
+}

@@ -71,7 +71,7 @@ func rheoConsumerWindow(store string, maxInflight int) workload {
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		ran := make(chan error, 1)
-		start := time.Now()
+		start := e.start()
 		go func() { ran <- k.Run(runCtx) }()
 		select {
 		case <-all:
@@ -83,7 +83,7 @@ func rheoConsumerWindow(store string, maxInflight int) workload {
 		if err := k.Drain(ctx); err != nil { // waits for the last settles
 			return 0, err
 		}
-		elapsed := time.Since(start)
+		elapsed := e.stop(start)
 		if err := <-ran; err != nil {
 			return 0, err
 		}
@@ -103,7 +103,7 @@ func rheoRaw(store string) workload {
 		var done atomic.Int64
 		errs := make(chan error, 2)
 		var wg sync.WaitGroup
-		start := time.Now()
+		start := e.start()
 		for w := range 2 {
 			wg.Go(func() {
 				for done.Load() < int64(n) {
@@ -124,7 +124,7 @@ func rheoRaw(store string) workload {
 			})
 		}
 		wg.Wait()
-		elapsed := time.Since(start)
+		elapsed := e.stop(start)
 		close(errs)
 		if err := <-errs; err != nil {
 			return 0, err
@@ -146,7 +146,7 @@ func rheoAppend(store string, size int) workload {
 			return 0, err
 		}
 		msgs := make([]rheo.Message, size)
-		start := time.Now()
+		start := e.start()
 		for i := 0; i < n; i += size {
 			msgs = msgs[:min(size, n-i)]
 			for j := range msgs {
@@ -158,7 +158,7 @@ func rheoAppend(store string, size int) workload {
 				return 0, err
 			}
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }
 

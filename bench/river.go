@@ -124,7 +124,7 @@ func riverBurnDownRun(ctx context.Context, e *env, n int, t riverTuning) (float6
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
+	start := e.start()
 	if err := c.Start(ctx); err != nil {
 		return 0, err
 	}
@@ -132,7 +132,7 @@ func riverBurnDownRun(ctx context.Context, e *env, n int, t riverTuning) (float6
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	stopErr := c.Stop(stopCtx)
-	elapsed := time.Since(start)
+	elapsed := e.stop(start)
 	if waitErr != nil {
 		return 0, fmt.Errorf("river burn-down: %d of %d jobs worked: %w", done.Load(), n, waitErr)
 	}
@@ -163,7 +163,7 @@ func riverInsertMany(size int) workload {
 			return 0, err
 		}
 		params := make([]river.InsertManyParams, size)
-		start := time.Now()
+		start := e.start()
 		for i := 0; i < n; i += size {
 			params = params[:min(size, n-i)]
 			for j := range params {
@@ -173,6 +173,6 @@ func riverInsertMany(size int) workload {
 				return 0, err
 			}
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }

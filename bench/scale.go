@@ -272,3 +272,62 @@ func thousands(n int) string {
 	}
 	return s
 }
+
+// walCost appends batches of 100 freshly keyed events, as the scale
+// cycles do, to a small PostgreSQL stream (1,000 events) and to a long one
+// (events), alternately, after a CHECKPOINT, and prints the WAL bytes per
+// append of each: the server's write volume, which full-page images of
+// index pages first touched since the checkpoint swell on the long
+// stream, whose key index is too large for consecutive keys to share
+// pages.
+func walCost(ctx context.Context, e *env, events int, out io.Writer) error {
+	c, cleanup, err := e.rheoClient(ctx, "postgres")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	for _, s := range []string{"long", "small"} {
+		if err := c.CreateStream(ctx, s, rheo.StreamConfig{Partitions: 4}); err != nil {
+			return err
+		}
+	}
+	if err := fillStream(ctx, c, "long", events); err != nil {
+		return err
+	}
+	if err := fillStream(ctx, c, "small", 1000); err != nil {
+		return err
+	}
+	if _, err := e.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("CHECKPOINT (needs a superuser or pg_checkpoint): %w", err)
+	}
+	lsn := func() (int64, error) {
+		var n int64
+		err := e.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&n)
+		return n, err
+	}
+	const appends = 50
+	for pass := range 3 {
+		for _, s := range []string{"small", "long"} {
+			before, err := lsn()
+			if err != nil {
+				return err
+			}
+			for i := range appends {
+				msgs := make([]rheo.Message, 100)
+				for j := range msgs {
+					n := (pass*appends+i)*100 + j
+					msgs[j] = rheo.Message{Type: "order.created", Key: strconv.Itoa(n), Payload: payload(nil, n)}
+				}
+				if _, err := c.AppendBatch(ctx, s, msgs); err != nil {
+					return err
+				}
+			}
+			after, err := lsn()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "pass %d  %-5s stream  %7.0f WAL bytes per append of 100\n", pass+1, s, float64(after-before)/appends)
+		}
+	}
+	return nil
+}

@@ -112,7 +112,7 @@ func wmConsume(open func(context.Context, *env) (*wmPubSub, error)) workload {
 		}
 		subCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		start := time.Now()
+		start := e.start()
 		ch, err := ps.sub.Subscribe(subCtx, ps.topic)
 		if err != nil {
 			return 0, err
@@ -135,7 +135,7 @@ func wmConsume(open func(context.Context, *env) (*wmPubSub, error)) workload {
 		if err := ps.sub.Close(); err != nil {
 			return 0, err
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }
 
@@ -147,12 +147,12 @@ func wmPublish(open func(context.Context, *env) (*wmPubSub, error), size int) wo
 			return 0, err
 		}
 		defer ps.close()
-		start := time.Now()
+		start := e.start()
 		for i := 0; i < n; i += size {
 			if err := ps.pub.Publish(ps.topic, wmBatch(i, min(size, n-i))...); err != nil {
 				return 0, err
 			}
 		}
-		return rate(n, time.Since(start)), nil
+		return rate(n, e.stop(start)), nil
 	}
 }
