@@ -64,14 +64,7 @@ func TestPeersSmoke(t *testing.T) {
 // TestScaleSmoke runs every scale case on every store with tiny sizes:
 // each must produce a time for every operation, small and scaled.
 func TestScaleSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cfg := config{pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379")}
-	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
+	ctx, cfg, e := smokeEnv(t)
 	var out bytes.Buffer
 	stores := []string{"memory", "sqlite", "postgres", "redis"}
 	res, err := runScale(ctx, e, stores, 2000, 2000, 2, &out)
@@ -161,14 +154,7 @@ func TestCPUPerEvent(t *testing.T) {
 // TestWALCostSmoke runs -scale-wal on a short stream: three passes over
 // both streams, each with a positive WAL volume, and nothing left behind.
 func TestWALCostSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cfg := config{pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379")}
-	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
+	ctx, cfg, e := smokeEnv(t)
 	var out bytes.Buffer
 	if err := walCost(ctx, e, 2000, &out); err != nil {
 		t.Fatalf("walCost: %v\n%s", err, out.String())
@@ -184,4 +170,20 @@ func TestWALCostSmoke(t *testing.T) {
 		}
 	}
 	checkNothingLeft(ctx, t, cfg)
+}
+
+// smokeEnv returns a context that ends in 5 minutes, the configuration of
+// the local servers (or RHEO_BENCH_PG, RHEO_BENCH_REDIS) and an env over
+// them, closed at cleanup.
+func smokeEnv(t *testing.T) (context.Context, config, *env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cfg := config{pg: envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), redis: envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379")}
+	e, err := newEnv(ctx, cfg.pg, cfg.redis, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.close)
+	return ctx, cfg, e
 }

@@ -69,21 +69,7 @@ func TestAppendOnEveryPoolMode(t *testing.T) {
 	var want [][]rheo.Event
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			cfg, err := pgxpool.ParseConfig(dsn())
-			require.NoError(t, err)
-			cfg.MaxConns = 2
-			mode.set(cfg)
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			require.NoError(t, err)
-			defer pool.Close()
-			schema := schemaName()
-			b, err := postgres.New(pool, postgres.WithSchema(schema))
-			require.NoError(t, err)
-			defer teststore.DropSchema(t, testPool(t), schema)
-			defer b.Close()
-			c := rheo.New(b)
-			require.NoError(t, c.Migrate(ctx))
-			require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 3}))
+			c, _ := clientOnOwnPool(t, 3, func(c *pgxpool.Config) { c.MaxConns = 2; mode.set(c) })
 			traced := tracer.n.Load()
 
 			first, err := c.AppendBatch(ctx, "s", batch(0))
@@ -135,20 +121,7 @@ func TestAppendOnEveryPoolMode(t *testing.T) {
 func TestAppendPreparesAgainAStatementThatIsGone(t *testing.T) {
 	testPool(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(dsn())
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	schema := schemaName()
-	b, err := postgres.New(pool, postgres.WithSchema(schema))
-	require.NoError(t, err)
-	defer teststore.DropSchema(t, testPool(t), schema)
-	defer b.Close()
-	c := rheo.New(b)
-	require.NoError(t, c.Migrate(ctx))
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	c, pool := clientOnOwnPool(t, 1, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	first, err := c.Append(ctx, "s", rheo.Message{Type: "t", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol)
@@ -156,4 +129,29 @@ func TestAppendPreparesAgainAStatementThatIsGone(t *testing.T) {
 	second, err := c.Append(ctx, "s", rheo.Message{Type: "t", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	require.Equal(t, first.Sequence+1, second.Sequence)
+}
+
+// clientOnOwnPool returns a client over a pool of its own, configured by
+// set, on a fresh migrated schema holding stream "s" of parts partitions;
+// the pool, backend and schema go at cleanup.
+func clientOnOwnPool(t *testing.T, parts int, set func(*pgxpool.Config)) (*rheo.Client, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dsn())
+	require.NoError(t, err)
+	set(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	schema := schemaName()
+	b, err := postgres.New(pool, postgres.WithSchema(schema))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		b.Close()
+		teststore.DropSchema(t, testPool(t), schema)
+	})
+	c := rheo.New(b)
+	require.NoError(t, c.Migrate(ctx))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: parts}))
+	return c, pool
 }
