@@ -120,17 +120,22 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT count(*) AS c
 // unpacked and its metadata parsed first (the materialized input feeds the
 // blocking count that the UPDATE joins), so that the lock covers only the
 // counter update, the inserts and the commit.
+//
+// Its parameters' and results' types are spelt out in pg_catalog's terms:
+// the fast path encodes the parameters and decodes the results itself
+// (wire.go), so a search_path or a column type must not change them.
 const appendFastSQL = `
 WITH input AS MATERIALIZED (
-	SELECT t.id, t.part, t.etype, t.ekey, t.ts, t.payload, t.metadata::jsonb AS metadata, t.k
-	FROM unnest($2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $11::int[])
+	SELECT t.id, t.part, t.etype, t.ekey, t.ts, t.payload, t.metadata::pg_catalog.jsonb AS metadata, t.k
+	FROM unnest($2::pg_catalog.text[], $3::pg_catalog.int4[], $4::pg_catalog.text[], $5::pg_catalog.text[], $6::pg_catalog.int8[],
+		$7::pg_catalog.text[], $8::pg_catalog.text[], $11::pg_catalog.int4[])
 		AS t(id, part, etype, ekey, ts, payload, metadata, k)
 ),
 counts AS (SELECT part, count(*) AS n FROM input GROUP BY part),
 alloc AS (
 	UPDATE {S}rheo_partitions p SET hwm = p.hwm + c.n
 	FROM counts c
-	WHERE p.stream_id = $1 AND p.part = c.part
+	WHERE p.stream_id = $1::pg_catalog.int8 AND p.part = c.part
 	RETURNING p.part, p.hwm - c.n AS base
 ),
 ins AS (
@@ -139,8 +144,9 @@ ins AS (
 	FROM input t JOIN alloc a ON a.part = t.part
 	RETURNING 1
 ),
-note AS (SELECT pg_notify($9, $10) FROM (SELECT 1 FROM ins LIMIT 1) x)
-SELECT a.part, a.base, (SELECT count(*) FROM ins), (SELECT count(*) FROM note) FROM alloc a`
+note AS (SELECT pg_notify($9::pg_catalog.text, $10::pg_catalog.text) FROM (SELECT 1 FROM ins LIMIT 1) x)
+SELECT a.part::pg_catalog.int4, a.base::pg_catalog.int8, (SELECT count(*) FROM ins)::pg_catalog.int8, (SELECT count(*) FROM note)::pg_catalog.int8
+FROM alloc a`
 
 // Append implements rheo.Backend.
 func (b *Backend) Append(ctx context.Context, stream string, evs []rheo.Event) ([]rheo.Event, error) {
@@ -186,12 +192,24 @@ func (b *Backend) appendFast(ctx context.Context, s streamRef, stream string, ev
 		ranks[i] = count[e.Partition]
 	}
 	base := make(map[int32]int64, touched)
+	c, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Release()
+	conn := c.Conn()
+	wc := wireConnOf(conn)
 	var inserted int64
-	var err error
-	if b.wire != wireOff {
-		inserted, err = b.appendFastWire(ctx, s, stream, evs, ranks, base)
-	} else {
-		inserted, err = b.appendFastPgx(ctx, s, stream, evs, ranks, base)
+	if wc.path != wireOff {
+		inserted, err = b.appendFastWire(ctx, conn, wc, s, stream, evs, ranks, base)
+		if errors.Is(err, errWireTypes) {
+			// Nothing was sent: this connection's server resolves the
+			// statement's types otherwise; pgx encodes for them.
+			wc.path = wireOff
+		}
+	}
+	if wc.path == wireOff {
+		inserted, err = b.appendFastPgx(ctx, conn, s, stream, evs, ranks, base)
 	}
 	if err != nil {
 		return nil, err
@@ -217,7 +235,7 @@ var emptyPayload = []byte("{}")
 // appendFastWire runs appendFastSQL with parameters it encodes itself (see
 // wire.go), records each partition's base sequence and returns how many
 // events were inserted.
-func (b *Backend) appendFastWire(ctx context.Context, s streamRef, stream string, evs []rheo.Event, ranks []int32, base map[int32]int64) (int64, error) {
+func (b *Backend) appendFastWire(ctx context.Context, conn *pgx.Conn, wc *wireConn, s streamRef, stream string, evs []rheo.Event, ranks []int32, base map[int32]int64) (int64, error) {
 	n := len(evs)
 	metas := make([][]byte, n)
 	for i, e := range evs {
@@ -249,9 +267,11 @@ func (b *Backend) appendFastWire(ctx context.Context, s streamRef, stream string
 	w.text(stream)
 	w.int4Array(n, func(i int) int32 { return ranks[i] })
 	var inserted int64
-	err := wireQuery(ctx, b.pool, b.wire, b.appendFastSQL, appendFastOIDs, w, func(v [][]byte) error {
+	err := wireQuery(ctx, conn, wc, b.appendFastSQL, appendFastOIDs, w, func(v [][]byte) error {
 		if len(v) != 4 || len(v[0]) != 4 || len(v[1]) != 8 || len(v[2]) != 8 {
-			return rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: unexpected result row", stream)
+			// The statement's casts fix these types; rows that differ
+			// came from a statement that ran, and committed.
+			return rheo.Errorf(rheo.ErrAmbiguous, "postgres: append to stream %q: unexpected result row, the events may have been written", stream)
 		}
 		base[int32(binary.BigEndian.Uint32(v[0]))] = int64(binary.BigEndian.Uint64(v[1]))
 		inserted = int64(binary.BigEndian.Uint64(v[2]))
@@ -260,14 +280,14 @@ func (b *Backend) appendFastWire(ctx context.Context, s streamRef, stream string
 	return inserted, err
 }
 
-// appendFastPgx runs appendFastSQL through pgx's own encoding (a pool with
-// a query tracer).
-func (b *Backend) appendFastPgx(ctx context.Context, s streamRef, stream string, evs []rheo.Event, ranks []int32, base map[int32]int64) (int64, error) {
+// appendFastPgx runs appendFastSQL on conn through pgx's own encoding (a
+// connection with a query tracer).
+func (b *Backend) appendFastPgx(ctx context.Context, conn *pgx.Conn, s streamRef, stream string, evs []rheo.Event, ranks []int32, base map[int32]int64) (int64, error) {
 	a, err := columns(s, stream, evs)
 	if err != nil {
 		return 0, err
 	}
-	rows, err := b.pool.Query(ctx, b.appendFastSQL, s.id, a.ids, a.parts, a.types, a.keys, a.ts, a.payloads, a.metas,
+	rows, err := conn.Query(ctx, b.appendFastSQL, s.id, a.ids, a.parts, a.types, a.keys, a.ts, a.payloads, a.metas,
 		b.channel, stream, ranks)
 	if err != nil {
 		return 0, err

@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"slices"
+
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
@@ -35,4 +37,18 @@ func (b *Backend) QuerySQLForTest(streamID int64, q rheo.QuerySpec) (string, []a
 // member whose token and sequence are the two parameters.
 func MemberIDSQLForTest() string {
 	return memberIDs("SELECT {MEMBER:t.tok:t.seq} FROM (SELECT $1::text AS tok, $2::bigint AS seq) t")
+}
+
+// WireMaxPrepared is how many append statements a connection keeps
+// prepared.
+const WireMaxPrepared = wireMaxPrepared
+
+// SetAppendOIDsForTest changes the parameter types the append's encoding
+// declares, through edit on a copy, until the returned function restores
+// them.
+func SetAppendOIDsForTest(edit func([]uint32)) (restore func()) {
+	old := appendFastOIDs
+	appendFastOIDs = slices.Clone(old)
+	edit(appendFastOIDs)
+	return func() { appendFastOIDs = old }
 }

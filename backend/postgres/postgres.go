@@ -78,8 +78,6 @@ type Backend struct {
 	q string
 	// channel is the NOTIFY channel of this schema.
 	channel string
-	// wire is how appends run the parameters they encode (wire.go).
-	wire wirePath
 
 	db    *sql.DB // database/sql view of pool, for the shared SQL layer
 	store *sqlstore.Store
@@ -128,7 +126,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		schema:  cfg.schema,
 		q:       pgx.Identifier{cfg.schema}.Sanitize() + ".",
 		channel: "rheo_" + cfg.schema,
-		wire:    wirePathOf(pool),
 		streams: map[string]streamRef{},
 		groups:  map[[2]string]groupRef{},
 		rr:      map[int64]int{},

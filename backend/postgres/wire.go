@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The append of a batch sends its events as arrays, one per column: about
@@ -21,8 +20,8 @@ import (
 // client's CPU, most of it allocating and growing buffers. The fast path
 // of an append therefore encodes its parameters itself, in PostgreSQL's
 // binary array format, into a buffer kept between appends, and runs the
-// statement through pgconn. A pool with a query tracer keeps pgx's own
-// path, so that its traces still see the append.
+// statement through pgconn. A connection with a query tracer keeps pgx's
+// own path, so that its traces still see the append.
 
 // Type OIDs of the append's parameters.
 const (
@@ -163,12 +162,14 @@ func (w *wireBuf) int8Array(n int, at func(int) int64) {
 	w.end()
 }
 
-// wirePath is how a backend runs statements whose parameters it encodes.
+// wirePath is how a connection runs statements whose parameters a
+// backend encodes.
 type wirePath int
 
 const (
-	// wireOff: through pgx (a pool with a query tracer, which sees only
-	// pgx's own path).
+	// wireOff: through pgx (a connection with a query tracer, which sees
+	// only pgx's own path, or one whose server types differ from the
+	// encoding's).
 	wireOff wirePath = iota
 	// wirePrepared: prepared once per connection, as pgx's default mode
 	// (QueryExecModeCacheStatement) does.
@@ -178,37 +179,73 @@ const (
 	wireUnnamed
 )
 
-func wirePathOf(pool *pgxpool.Pool) wirePath {
-	cfg := pool.Config().ConnConfig
-	switch {
-	case cfg.Tracer != nil:
-		return wireOff
-	case cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement:
-		return wirePrepared
-	}
-	return wireUnnamed
+// wireMaxPrepared bounds the append statements a connection keeps
+// prepared: one per schema whose backend appended through it (about 160
+// kB of server memory each). A pool shared by the backends of many
+// schemas deallocates the least recently prepared one beyond it, as pgx's
+// statement cache does with its own statements.
+const wireMaxPrepared = 8
+
+// wireConn is what a connection knows of the wire path: read from the
+// connection's own configuration (a tracer or an exec mode set in a
+// pool's BeforeConnect counts), once, and kept in the connection's
+// CustomData.
+type wireConn struct {
+	path     wirePath
+	prepared []string // the statements prepared by wireRun, least recent first
 }
 
-// wireQuery runs sql with the binary parameters of w (of types oids) on a
-// connection of the pool, and calls row with each result row's binary
-// values.
-func wireQuery(ctx context.Context, pool *pgxpool.Pool, path wirePath, sql string, oids []uint32, w *wireBuf, row func([][]byte) error) error {
-	c, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
+const wireConnKey = "rheo.postgres.wire"
+
+func wireConnOf(conn *pgx.Conn) *wireConn {
+	data := conn.PgConn().CustomData()
+	if wc, ok := data[wireConnKey].(*wireConn); ok {
+		return wc
 	}
-	defer c.Release()
-	pc := c.Conn().PgConn()
+	cfg := conn.Config()
+	wc := &wireConn{path: wireUnnamed}
+	switch {
+	case cfg.Tracer != nil:
+		wc.path = wireOff
+	case cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement:
+		wc.path = wirePrepared
+	}
+	data[wireConnKey] = wc
+	return wc
+}
+
+// prepare prepares sql on conn (named by its text, as pgx names what
+// Prepare is given), deallocating the least recently prepared statement
+// beyond wireMaxPrepared.
+func (wc *wireConn) prepare(ctx context.Context, conn *pgx.Conn, sql string) (*pgconn.StatementDescription, error) {
+	if i := slices.Index(wc.prepared, sql); i < 0 {
+		if len(wc.prepared) >= wireMaxPrepared {
+			if err := conn.Deallocate(ctx, wc.prepared[0]); err != nil {
+				return nil, err
+			}
+			wc.prepared = slices.Delete(wc.prepared, 0, 1)
+		}
+		wc.prepared = append(wc.prepared, sql)
+	} else if i < len(wc.prepared)-1 {
+		wc.prepared = append(slices.Delete(wc.prepared, i, i+1), sql)
+	}
+	return conn.Prepare(ctx, sql, sql)
+}
+
+// wireQuery runs sql with the binary parameters of w (of types oids) on
+// conn, whose wire state is wc, and calls row with each result row's
+// binary values.
+func wireQuery(ctx context.Context, conn *pgx.Conn, wc *wireConn, sql string, oids []uint32, w *wireBuf, row func([][]byte) error) error {
 	vals, fmts := w.params()
 	for attempt := 0; ; attempt++ {
-		err := wireRun(ctx, c.Conn(), pc, path, sql, oids, vals, fmts, row)
+		err := wireRun(ctx, conn, wc, sql, oids, vals, fmts, row)
 		var pe *pgconn.PgError
-		if err != nil && path == wirePrepared && attempt == 0 && errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
+		if err != nil && wc.path == wirePrepared && attempt == 0 && errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
 			// The statement no longer fits the tables (a migration
 			// changed a result type) or is gone. Neither ran it:
 			// prepare it anew and run it once more, as pgx does with
 			// the statements it caches.
-			if err := c.Conn().Deallocate(ctx, sql); err != nil {
+			if err := conn.Deallocate(ctx, sql); err != nil {
 				return err
 			}
 			continue
@@ -217,20 +254,20 @@ func wireQuery(ctx context.Context, pool *pgxpool.Pool, path wirePath, sql strin
 	}
 }
 
-func wireRun(ctx context.Context, conn *pgx.Conn, pc *pgconn.PgConn, path wirePath, sql string, oids []uint32, vals [][]byte, fmts []int16, row func([][]byte) error) error {
+func wireRun(ctx context.Context, conn *pgx.Conn, wc *wireConn, sql string, oids []uint32, vals [][]byte, fmts []int16, row func([][]byte) error) error {
 	results := []int16{1}
 	var rr *pgconn.ResultReader
-	if path == wirePrepared {
-		sd, err := conn.Prepare(ctx, sql, sql)
+	if wc.path == wirePrepared {
+		sd, err := wc.prepare(ctx, conn, sql)
 		if err != nil {
 			return err
 		}
 		if !slices.Equal(sd.ParamOIDs, oids) {
 			return errWireTypes
 		}
-		rr = pc.ExecPrepared(ctx, sd.Name, vals, fmts, results)
+		rr = conn.PgConn().ExecPrepared(ctx, sd.Name, vals, fmts, results)
 	} else {
-		rr = pc.ExecParams(ctx, sql, vals, oids, fmts, results)
+		rr = conn.PgConn().ExecParams(ctx, sql, vals, oids, fmts, results)
 	}
 	var rowErr error
 	for rr.NextRow() {
@@ -244,6 +281,9 @@ func wireRun(ctx context.Context, conn *pgx.Conn, pc *pgconn.PgConn, path wirePa
 	return rowErr
 }
 
-// errWireTypes reports a prepared statement whose parameter types are not
-// the ones the wire encoding wrote: a bug, caught before anything is sent.
+// errWireTypes reports a prepared statement whose parameter types, as the
+// server resolved them, are not those of the encoding (a search_path that
+// puts a type of another schema before pg_catalog's): caught before
+// anything is sent, and the connection then runs the statement through
+// pgx, which encodes for whatever types the server asks.
 var errWireTypes = errors.New("postgres: append statement parameter types differ from their encoding")
