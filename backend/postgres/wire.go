@@ -241,10 +241,11 @@ func wireQuery(ctx context.Context, conn *pgx.Conn, wc *wireConn, sql string, oi
 		err := wireRun(ctx, conn, wc, sql, oids, vals, fmts, row)
 		var pe *pgconn.PgError
 		if err != nil && wc.path == wirePrepared && attempt == 0 && errors.As(err, &pe) && (pe.Code == "0A000" || pe.Code == "26000") {
-			// The statement no longer fits the tables (a migration
-			// changed a result type) or is gone. Neither ran it:
-			// prepare it anew and run it once more, as pgx does with
-			// the statements it caches.
+			// The statement is gone (DEALLOCATE, DISCARD ALL) or no
+			// longer fits the tables (0A000, which the statement's
+			// fixed result types leave to other changes). Neither ran
+			// it: prepare it anew and run it once more, as pgx does
+			// with the statements it caches.
 			if err := conn.Deallocate(ctx, sql); err != nil {
 				return err
 			}
