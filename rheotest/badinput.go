@@ -261,6 +261,11 @@ func runBadInput(t *testing.T, f Factory) {
 			_, err := w.c.Append(w.ctx, w.s, rheo.Message{Partition: ptr(-1)})
 			return err
 		}},
+		// A backend holds to the contract for a direct caller too: one
+		// event of a batch routed outside the stream's partitions writes
+		// nothing.
+		{name: "backend_append_partition_out_of_range", want: rheo.ErrInvalidPartition, do: backendAppendTo(2)},
+		{name: "backend_append_partition_negative", want: rheo.ErrInvalidPartition, do: backendAppendTo(-1)},
 		{name: "append_batch_over_10000", want: rheo.ErrInvalidArgument, do: func(w *world) error {
 			_, err := w.c.AppendBatch(w.ctx, w.s, make([]rheo.Message, rheo.MaxLimit+1))
 			return err
@@ -402,6 +407,20 @@ func runBadInput(t *testing.T, f Factory) {
 func appendPayload(p string) func(w *world) error {
 	return func(w *world) error {
 		_, err := w.c.Append(w.ctx, w.s, rheo.Message{Payload: json.RawMessage(p)})
+		return err
+	}
+}
+
+// backendAppendTo appends two prepared events straight to the backend, the
+// second routed to partition p.
+func backendAppendTo(p int) func(w *world) error {
+	return func(w *world) error {
+		evs, err := w.c.PrepareAppend(w.ctx, w.s, []rheo.Message{{Key: "a"}, {Key: "b"}})
+		if err != nil {
+			return err
+		}
+		evs[1].Partition = p
+		_, err = w.c.Backend().Append(w.ctx, w.s, evs)
 		return err
 	}
 }

@@ -89,7 +89,7 @@ func (b *Backend) claim(s *stream, g *group, p, want int, r rheo.FetchRequest, o
 	events := s.parts[p]
 	for got < want && gp.cursor < events.len() {
 		gp.cursor++
-		d := &delivery{seq: gp.cursor, eventID: events.at(gp.cursor).id}
+		d := &delivery{seq: gp.cursor, eventID: events.id(gp.cursor)}
 		gp.dels[d.seq] = d
 		out = append(out, b.lease(s, g, p, d, r))
 		got++

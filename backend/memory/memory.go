@@ -392,12 +392,18 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		b.mu.Unlock()
 		return nil, err
 	}
-	size := 0
 	for i := range evs {
-		size += len(evs[i].Payload)
+		if p := evs[i].Partition; p < 0 || p >= len(s.parts) {
+			b.mu.Unlock()
+			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, name, len(s.parts))
+		}
+		if !fits(&evs[i]) {
+			b.mu.Unlock()
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "event %q is over the memory store's 4 GiB limit", evs[i].ID)
+		}
 	}
-	copies := make([]byte, 0, size) // one buffer for every returned payload
-	// The facade's slice becomes the result, updated in place.
+	// The facade's slice becomes the result, updated in place; the store
+	// keeps copies of its bytes, so the caller's stay the caller's.
 	for i := range evs {
 		e := &evs[i]
 		k := keyOf(e.ID)
@@ -409,15 +415,11 @@ func (b *Backend) Append(_ context.Context, name string, evs []rheo.Event) ([]rh
 		l := s.parts[e.Partition]
 		e.Stream = name
 		e.Sequence = l.len() + 1
-		// The store keeps the facade's payload buffer; metadata is the
-		// caller's map and must be copied.
+		// Metadata is the caller's map: the store and the result get
+		// copies of their own.
 		e.Metadata = cloneMap(e.Metadata)
 		l.append(e)
 		s.ids.putKey(k, packPos(e.Partition, e.Sequence))
-		// The caller gets payload and metadata of its own.
-		start := len(copies)
-		copies = append(copies, e.Payload...)
-		e.Payload = copies[start:len(copies):len(copies)]
 		e.Metadata = cloneMap(e.Metadata)
 	}
 	b.mu.Unlock()

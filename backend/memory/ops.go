@@ -108,7 +108,7 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) (int, error) {
 		}
 		d := gp.dels[ref.Sequence]
 		if d == nil {
-			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition].at(ref.Sequence).id}
+			d = &delivery{seq: ref.Sequence, eventID: s.parts[ref.Partition].id(ref.Sequence)}
 			gp.dels[d.seq] = d
 		}
 		gp.reopen(d, time.Time{})

@@ -89,8 +89,8 @@ func (b *Backend) Trim(_ context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 		res.DeadLetters += dead
 	}
 	res.Removed = through - l.trimmed
-	l.trim(through, func(r *record) {
-		s.ids.remove(r.id)
+	l.trim(through, func(id string) {
+		s.ids.remove(id)
 		s.idDeletes++
 	})
 	s.compactIDs()

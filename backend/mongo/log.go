@@ -371,6 +371,11 @@ func (b *Backend) Append(ctx context.Context, name string, evs []rheo.Event) ([]
 	if err != nil {
 		return nil, err
 	}
+	for _, e := range evs {
+		if e.Partition < 0 || e.Partition >= s.Partitions {
+			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", e.Partition, name, s.Partitions)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		n, hw, err := b.batchHead(ctx, s)
 		if err != nil {

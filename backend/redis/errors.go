@@ -20,6 +20,7 @@ const (
 	codeNoGroup  = "RHEO_NOGROUP"
 	codeExists   = "RHEO_EXISTS"
 	codeNoCursor = "RHEO_NOCURSOR"
+	codeNoPart   = "RHEO_NOPARTITION"
 )
 
 // scriptCode returns the rheo error code of a script's error reply, if any.
@@ -27,7 +28,7 @@ func scriptCode(err error) string {
 	var re goredis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		for _, c := range []string{codeNoStream, codeNoGroup, codeExists, codeNoCursor} {
+		for _, c := range []string{codeNoStream, codeNoGroup, codeExists, codeNoCursor, codeNoPart} {
 			if strings.Contains(msg, c) {
 				return c
 			}
@@ -45,6 +46,16 @@ func notFound(err error, stream, group string) error {
 		return rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
 	}
 	return nil
+}
+
+// noPartition maps the append script's RHEO_NOPARTITION p n reply onto
+// ErrInvalidPartition.
+func noPartition(err error, stream string) error {
+	_, after, _ := strings.Cut(err.Error(), codeNoPart)
+	if f := strings.Fields(after); len(f) == 2 {
+		return rheo.Errorf(rheo.ErrInvalidPartition, "partition %s of stream %q (it has %s)", f[0], stream, f[1])
+	}
+	return rheo.Errorf(rheo.ErrInvalidPartition, "stream %q: %v", stream, err)
 }
 
 // readErr classifies an error of a call that changes nothing: whatever went

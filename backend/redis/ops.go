@@ -154,6 +154,9 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 		if nf := notFound(err, stream, ""); nf != nil {
 			return nil, nf
 		}
+		if scriptCode(err) == codeNoPart {
+			return nil, noPartition(err, stream)
+		}
 		return nil, b.writeErr(err, "append to stream %q", stream)
 	}
 	r, ok := v.([]any)

@@ -271,13 +271,22 @@ return {m[1], m[2], redis.call('HGETALL', base .. 'hw')}
 // within a partition, so each group is one HINCRBY and a run of XADDs, and
 // the IDs form one contiguous ARGV range that HMGET takes as it is. Returns,
 // per event in that grouped order, its new sequence (integer) or the stored
-// event {partition, seq, fields} when the ID was already there.
+// event {partition, seq, fields} when the ID was already there. A
+// partition outside the stream's writes nothing: RHEO_NOPARTITION p n.
 //
 // The loop is kept lean on purpose: one XADD and three short strings per
 // event, no per-event tables.
 var appendScript = goredis.NewScript(common + `
-local e = need_stream(); if e then return e end
+local np = redis.call('HGET', KEYS[1], 'partitions')
+if not np then return redis.error_reply('RHEO_NOSTREAM') end
+np = tonumber(np)
 local g = tonumber(ARGV[2])
+for gi = 1, g do
+  local p = tonumber(ARGV[1 + 2 * gi])
+  if p < 0 or p >= np then
+    return redis.error_reply('RHEO_NOPARTITION ' .. p .. ' ' .. np)
+  end
+end
 local ib = 3 + 2 * g
 local n = (#ARGV - ib + 1) / 2
 local eb = ib + n
