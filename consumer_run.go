@@ -473,10 +473,20 @@ func (r *run) handle(j *job, lease Lease) {
 		r.log.DebugContext(hctx, "handler failed", append(leaseAttrs(lease), "err", err)...)
 	}
 	req := settleReq{j: j, lease: lease}
+	if err == nil {
+		req.kind = SettleAck
+	} else {
+		r.failed(&req, err, stopped)
+	}
+	r.settles <- req
+}
+
+// failed sets what req does with the lease whose handler returned err.
+// (Apart from handle, so that a handler that succeeds allocates no
+// errors.As target.)
+func (r *run) failed(req *settleReq, err error, stopped bool) {
 	var retry *retryError
 	switch {
-	case err == nil:
-		req.kind = SettleAck
 	case IsRelease(err) && !isReject(err) && !errors.As(err, &retry):
 		// Reject and RetryAfter say the handler worked on the event:
 		// either wins over a Release in the same chain.
@@ -488,9 +498,8 @@ func (r *run) handle(j *job, lease Lease) {
 	case errors.As(err, &retry):
 		req.kind, req.reason, req.delay = SettleNack, err.Error(), retry.delay
 	default:
-		req.kind, req.reason, req.delay = SettleNack, err.Error(), max(r.cfg.Backoff(lease.Attempt), 0)
+		req.kind, req.reason, req.delay = SettleNack, err.Error(), max(r.cfg.Backoff(req.lease.Attempt), 0)
 	}
-	r.settles <- req
 }
 
 // call runs the handler, turning a panic into an error.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
-	"io"
 	"math"
 	"slices"
 	"strings"
@@ -193,14 +192,18 @@ type span struct {
 // by its length. A whole ack checks the IDs it names against it instead of
 // reading every member's event.
 func spanDigest(ids []string) int64 {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
+	// One buffer hashed at once: writing each ID to a hash.Hash copied it.
+	size := 0
 	for _, id := range ids {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(id)))])
-		io.WriteString(h, id)
+		size += binary.MaxVarintLen64 + len(id)
 	}
-	var sum [sha256.Size]byte
-	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])))
+	buf := make([]byte, 0, size)
+	for _, id := range ids {
+		buf = binary.AppendUvarint(buf, uint64(len(id)))
+		buf = append(buf, id...)
+	}
+	sum := sha256.Sum256(buf)
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 // spans reads the spans of group grp in parts (nil: in every partition)

@@ -1,7 +1,12 @@
 package sqlstore
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rheo-go/rheo"
@@ -74,4 +79,33 @@ func FuzzSpanIDs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Digests are stored: spanDigest must keep computing the value the
+// streaming definition gives (SHA-256 over each ID preceded by its
+// length, first 8 bytes big-endian), pinned here for fixed IDs too.
+func TestSpanDigestIsStable(t *testing.T) {
+	ref := func(ids []string) int64 {
+		h := sha256.New()
+		var n [binary.MaxVarintLen64]byte
+		for _, id := range ids {
+			h.Write(n[:binary.PutUvarint(n[:], uint64(len(id)))])
+			h.Write([]byte(id))
+		}
+		return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+	}
+	cases := [][]string{nil, {""}, {"a"}, {"a", "b"}, {"ab"}, {strings.Repeat("é", 100)}}
+	var many []string
+	for i := range 300 {
+		many = append(many, fmt.Sprintf("019aa1c2-3d4e-7f00-8000-%012d", i))
+		cases = append(cases, slices.Clone(many))
+	}
+	for _, ids := range cases {
+		if got, want := spanDigest(ids), ref(ids); got != want {
+			t.Fatalf("spanDigest(%d IDs) = %d, want %d", len(ids), got, want)
+		}
+	}
+	if got := spanDigest([]string{"e-1", "e-2"}); got != 4368553488471652627 {
+		t.Fatalf("spanDigest(e-1, e-2) = %d, want the stored 4368553488471652627", got)
+	}
 }
