@@ -47,7 +47,9 @@ type Backend interface {
 	// or not empty, and is the caller's map: it must be copied if kept.
 	// Events come back with the Metadata they were appended with, nil as
 	// nil. The slice itself belongs to
-	// the call: the backend may write its result into it.
+	// the call: the backend may write its result into it. An event whose
+	// Partition is outside the stream's fails the call with
+	// ErrInvalidPartition, and nothing is written.
 	Append(ctx context.Context, stream string, events []Event) ([]Event, error)
 	// Read returns up to limit events of one partition with Sequence > after,
 	// ascending.
