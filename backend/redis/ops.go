@@ -160,10 +160,25 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 		return nil, b.writeErr(err, "append to stream %q", stream)
 	}
 	r, ok := v.([]any)
-	if !ok || len(r) != len(events) {
+	if !ok || len(r) != len(events) && len(r) != len(groups) {
 		return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
 	}
 	// The slice belongs to the call (see rheo.Backend): write into it.
+	if len(r) != len(events) {
+		// Every event was new: each group's first sequence.
+		k := 0
+		for gi, g := range groups {
+			first, ok := r[gi].(int64)
+			if !ok {
+				return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
+			}
+			for j := range g.n {
+				events[order[k]].Sequence = first + int64(j)
+				k++
+			}
+		}
+		return events, nil
+	}
 	for k, x := range r {
 		i := order[k]
 		if seq, ok := x.(int64); ok {

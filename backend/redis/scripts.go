@@ -270,8 +270,10 @@ return {m[1], m[2], redis.call('HGETALL', base .. 'hw')}
 // (see appendEntry). Events arrive grouped by partition, in input order
 // within a partition, so each group is one HINCRBY and a run of XADDs, and
 // the IDs form one contiguous ARGV range that HMGET takes as it is. Returns,
-// per event in that grouped order, its new sequence (integer) or the stored
-// event {partition, seq, fields} when the ID was already there. A
+// when no ID was there already, the first new sequence of each group (its
+// events have that one and the next ones, in order); otherwise, per event in
+// that grouped order, its new sequence (integer) or the stored event
+// {partition, seq, fields} when the ID was already there. A
 // partition outside the stream's writes nothing: RHEO_NOPARTITION p n.
 //
 // The loop is kept lean on purpose: one XADD and three short strings per
@@ -303,6 +305,7 @@ while i < n do
   i = j
 end
 local out = {}
+local firsts = {}
 local idx = {}
 local m = 0
 local hwk = base .. 'hw'
@@ -316,6 +319,7 @@ for gi = 1, g do
   end
   local seq = 0
   if fresh > 0 then seq = redis.call('HINCRBY', hwk, p, fresh) - fresh end
+  firsts[gi] = seq + 1
   local sk = skey(p)
   local pp = p .. ':'
   for k = q + 1, q + c do
@@ -331,7 +335,7 @@ for gi = 1, g do
       idx[m + 1] = ARGV[ib + k - 1]
       idx[m + 2] = pp .. ss
       m = m + 2
-      out[k] = seq
+      if dup then out[k] = seq end
     end
   end
   q = q + c
@@ -343,7 +347,8 @@ while i < m do
   i = j
 end
 if m > 0 then redis.call('SPUBLISH', base .. 'wake', '1') end
-return out
+if dup then return out end
+return firsts
 `)
 
 // readScript: ARGV[2] partition, ARGV[3] first entry id, ARGV[4] count.
