@@ -81,6 +81,11 @@ func str(b []byte) string {
 // id returns the ID of the event with sequence seq.
 func (l *plog) id(seq int64) string {
 	c, i := l.at(seq)
+	return c.id(i)
+}
+
+// id returns the ID of record i.
+func (c *chunk) id(i int) string {
 	r := &c.recs[i]
 	return str(c.bytesOf(r)[:r.idN])
 }
@@ -157,8 +162,9 @@ func (l *plog) append(e *rheo.Event) {
 // any more.
 func (l *plog) trim(seq int64, gone func(id string)) {
 	for s := l.trimmed + 1; s <= seq; s++ {
-		gone(l.id(s))
-		if c, i := l.at(s); c.meta != nil {
+		c, i := l.at(s)
+		gone(c.id(i))
+		if c.meta != nil {
 			delete(c.meta, i)
 		}
 	}

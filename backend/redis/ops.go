@@ -159,9 +159,12 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 		}
 		return nil, b.writeErr(err, "append to stream %q", stream)
 	}
+	malformed := func() error {
+		return rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
+	}
 	r, ok := v.([]any)
 	if !ok || len(r) != len(events) && len(r) != len(groups) {
-		return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
+		return nil, malformed()
 	}
 	// The slice belongs to the call (see rheo.Backend): write into it.
 	if len(r) != len(events) {
@@ -170,7 +173,7 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 		for gi, g := range groups {
 			first, ok := r[gi].(int64)
 			if !ok {
-				return nil, rheo.Errorf(rheo.ErrAmbiguous, "redis: append to stream %q: malformed reply", stream)
+				return nil, malformed()
 			}
 			for j := range g.n {
 				events[order[k]].Sequence = first + int64(j)
