@@ -521,15 +521,16 @@ const materializeChunk = 100
 // token, its receipt is that ID and SpanReceipt. It advances the cursor.
 func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest, ref streamRef, g groupRef, p int,
 	cursor, n, now, exp int64, newID func() string, out []rheo.Lease) ([]rheo.Lease, error) {
-	rows, err := t.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = "+PartParam+" AND seq > ? AND seq <= ? ORDER BY seq",
+	rows, err := t.query(ctx, "SELECT "+runCols+" FROM rheo_events WHERE stream_id = ? AND part = "+PartParam+" AND seq > ? AND seq <= ? ORDER BY seq",
 		ref.id, p, cursor, cursor+n)
 	if err != nil {
 		return out, err
 	}
 	// The events are scanned into the leases they go out in (no second
-	// copy of each).
+	// copy of each). The range holds n rows (checked below), so they are
+	// cursor+1 … cursor+n.
 	start := len(out)
-	out, err = scanInto(rows, r.Stream, out, func(e rheo.Event) rheo.Lease { return rheo.Lease{Event: e} })
+	out, err = scanRun(rows, r.Stream, p, cursor+1, out, func(e rheo.Event) rheo.Lease { return rheo.Lease{Event: e} })
 	if err != nil {
 		return out, err
 	}

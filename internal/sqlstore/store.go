@@ -557,6 +557,11 @@ func eventColsOf(alias string) string {
 		alias + ".ts, " + alias + ".payload, " + alias + ".metadata"
 }
 
+// runCols are eventCols without part and seq: enough for a run of one
+// partition's consecutive sequences, whose positions the reader knows (see
+// scanRun).
+const runCols = "id, etype, ekey, ts, payload, metadata"
+
 // eventScan holds the scan targets of one event row.
 type eventScan struct {
 	id, etype, ekey string
@@ -564,6 +569,7 @@ type eventScan struct {
 	seq, ts         int64
 	payload         []byte
 	meta            []byte
+	step            int64 // added to seq before each row of a run (scanRun)
 }
 
 func (e *eventScan) dest() []any {
@@ -588,14 +594,30 @@ func scanEvents(rows *sql.Rows, stream string, out []rheo.Event) ([]rheo.Event, 
 	return scanInto(rows, stream, out, func(e rheo.Event) rheo.Event { return e })
 }
 
-// scanInto appends to out each event row, as wrap makes it.
+// scanInto appends to out each event row (eventCols), as wrap makes it.
 func scanInto[T any](rows *sql.Rows, stream string, out []T, wrap func(rheo.Event) T) ([]T, error) {
-	defer rows.Close()
 	var sc eventScan
+	return scanRows(rows, stream, &sc, sc.dest(), out, wrap)
+}
+
+// scanRun appends to out each row (runCols) of a run of partition part's
+// events in sequence order from first, as wrap makes it. The caller checks
+// that the run has no gap (it read a range of sequences and counts the
+// rows): two columns fewer than scanInto reads.
+func scanRun[T any](rows *sql.Rows, stream string, part int, first int64, out []T, wrap func(rheo.Event) T) ([]T, error) {
+	sc := eventScan{part: part, seq: first - 1, step: 1}
+	return scanRows(rows, stream, &sc, []any{&sc.id, &sc.etype, &sc.ekey, &sc.ts, &sc.payload, &sc.meta}, out, wrap)
+}
+
+// scanRows scans each row into dest (sc's fields) and appends the event
+// sc then holds to out, as wrap makes it.
+func scanRows[T any](rows *sql.Rows, stream string, sc *eventScan, dest []any, out []T, wrap func(rheo.Event) T) ([]T, error) {
+	defer rows.Close()
 	for rows.Next() {
-		if err := rows.Scan(sc.dest()...); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return out, err
 		}
+		sc.seq += sc.step
 		e, err := sc.event(stream)
 		if err != nil {
 			return out, err
