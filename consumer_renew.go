@@ -70,7 +70,7 @@ func (r *run) renewAll() {
 			if !r.hard && r.late(j.lease) {
 				// The worker that pops it leaves it to the settler.
 				j.releasing, j.state = true, jobSettling
-				late = append(late, settleReq{j: j, lease: j.lease, kind: SettleRelease, reason: errQueuedTooLong.Error()})
+				late = append(late, settleReq{j: j, lease: &j.lease, kind: SettleRelease, reason: errQueuedTooLong.Error()})
 			}
 		default:
 			jobs = append(jobs, j)

@@ -431,7 +431,7 @@ func (r *run) work() {
 			if hard {
 				reason = ErrConsumerStopped
 			}
-			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: reason.Error()}
+			r.settles <- settleReq{j: j, lease: &j.lease, kind: SettleRelease, reason: reason.Error()}
 		default:
 			r.handle(j, lease)
 		}
@@ -461,7 +461,9 @@ func (r *run) handle(j *job, lease Lease) {
 	j.state = jobSettling
 	lease = j.lease
 	r.mu.Unlock()
-	r.observe(ConsumerEvent{Kind: ConsumerHandled, Lease: lease, Duration: elapsed, Err: err, Panicked: panicked})
+	if r.obs != nil {
+		r.observe(ConsumerEvent{Kind: ConsumerHandled, Lease: lease, Duration: elapsed, Err: err, Panicked: panicked})
+	}
 	if dropped {
 		// Renewal found the lease taken by someone else and released it.
 		if j.proc != nil {
@@ -472,7 +474,7 @@ func (r *run) handle(j *job, lease Lease) {
 	if err != nil && !panicked {
 		r.log.DebugContext(hctx, "handler failed", append(leaseAttrs(lease), "err", err)...)
 	}
-	req := settleReq{j: j, lease: lease}
+	req := settleReq{j: j, lease: &j.lease}
 	if err == nil {
 		req.kind = SettleAck
 	} else {

@@ -12,11 +12,26 @@ const maxSettleBatch = MaxLimit
 
 // settleReq asks the settler to settle one job's lease.
 type settleReq struct {
-	j      *job
-	lease  Lease
+	j *job
+	// lease is the job's: once a job is settling nothing writes its lease
+	// again (renewals skip it), so the settler reads it without r.mu.
+	lease  *Lease
 	kind   SettleKind
 	reason string
 	delay  time.Duration
+}
+
+// settled is the ConsumerEvent kind that reports b.
+func (b settleReq) settled() ConsumerEventKind {
+	switch b.kind {
+	case SettleAck:
+		return ConsumerAcked
+	case SettleNack:
+		return ConsumerRetried
+	case SettleRelease:
+		return ConsumerReleased
+	}
+	return ConsumerRejected
 }
 
 // fetchGroup is the leases of one fetch: unsent counts those whose settle
@@ -168,7 +183,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		r.reqs = reqs[:0]
 	}()
 	for i, b := range batch {
-		reqs[i] = SettleRequest{Kind: b.kind, Lease: b.lease, Reason: b.reason}
+		reqs[i] = SettleRequest{Kind: b.kind, Lease: *b.lease, Reason: b.reason}
 		if b.kind == SettleNack {
 			reqs[i].AvailableAt = now.Add(b.delay)
 		}
@@ -237,18 +252,13 @@ func (r *run) flush(batch []settleReq) []settleReq {
 	}
 	for i, b := range batch {
 		err := errs[i]
-		ev := ConsumerEvent{Lease: b.lease, Reason: b.reason, Err: err}
-		switch b.kind {
-		case SettleAck:
-			ev.Kind = ConsumerAcked
-		case SettleNack:
-			ev.Kind, ev.Delay = ConsumerRetried, b.delay
-		case SettleRelease:
-			ev.Kind = ConsumerReleased
-		default:
-			ev.Kind = ConsumerRejected
+		if r.obs != nil {
+			ev := ConsumerEvent{Kind: b.settled(), Lease: *b.lease, Reason: b.reason, Err: err}
+			if b.kind == SettleNack {
+				ev.Delay = b.delay
+			}
+			r.observe(ev)
 		}
-		r.observe(ev)
 		if err == nil {
 			end(b, nil)
 			done = append(done, b.j)
@@ -257,13 +267,13 @@ func (r *run) flush(batch []settleReq) []settleReq {
 		r.mu.Lock()
 		hctx := b.j.hctx
 		r.mu.Unlock()
-		attrs := append(leaseAttrs(b.lease), "settle", ev.Kind.String(), "err", err)
+		attrs := append(leaseAttrs(*b.lease), "settle", b.settled().String(), "err", err)
 		switch Classify(err) {
 		case Lost:
 			// Someone else owns the delivery now; nacking would be fenced
 			// too and would only add noise.
 			r.log.WarnContext(hctx, "lease lost before it settled", attrs...)
-			r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: b.lease, Err: err})
+			r.observe(ConsumerEvent{Kind: ConsumerLost, Lease: *b.lease, Err: err})
 			end(b, err)
 			done = append(done, b.j)
 		case Failed:
