@@ -167,6 +167,10 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 		return nil, malformed()
 	}
 	// The slice belongs to the call (see rheo.Backend): write into it.
+	// The reply's length tells its two shapes apart; when every partition
+	// group holds one event they have the same length and mean the same
+	// (a group's first sequence is its one event's), so the per-event
+	// reading below serves both.
 	if len(r) != len(events) {
 		// Every event was new: each group's first sequence.
 		k := 0
