@@ -19,7 +19,7 @@ import (
 const poisonReason = "max_attempts: lease expired"
 
 // The poison sweep of fetchSQL ({SWEEP}): the expired leases at the
-// attempt limit ($9) of a partition. With a limit above 1 they are in the
+// attempt limit ($11) of a partition. With a limit above 1 they are in the
 // index of leases past their first attempt (schema version 7), whose
 // predicate (status = 1 AND attempt > 1) no other statement states, so
 // the planner takes it for this one only; the due-time conditions are
@@ -27,9 +27,9 @@ const poisonReason = "max_attempts: lease expired"
 // path. With a limit of 1 every expired lease is at the limit: the due
 // range is the sweep.
 const (
-	sweepRetried = `x.status = 1 AND x.attempt > 1 AND x.attempt >= $9
+	sweepRetried = `x.status = 1 AND x.attempt > 1 AND x.attempt >= $11
 			AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound
-	sweepDue = `x.due_at <= $5 AND x.{TIMED} AND x.status = 1 AND x.attempt >= $9`
+	sweepDue = `x.due_at <= $5 AND x.{TIMED} AND x.status = 1 AND x.attempt >= $11`
 )
 
 // fetchSQL claims in one statement. Claimable deliveries come from two
@@ -114,16 +114,7 @@ rp(part) AS (
 		AND x.part > rp.part ORDER BY x.part LIMIT 1)
 	FROM rp WHERE rp.part IS NOT NULL
 ),
-wk AS (
-	SELECT g.part FROM {S}rheo_group_parts g
-	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
-	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered
-),
-gpt AS (
-	SELECT part, offered FROM {S}rheo_group_parts
-	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
-	ORDER BY part FOR UPDATE SKIP LOCKED
-),
+` + cursorsSQL + `,
 tq AS (SELECT part FROM tp WHERE part = ANY($3::int[])),
 psel AS (
 	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
@@ -133,7 +124,7 @@ psel AS (
 	) d
 ),
 poison AS (
-	UPDATE {S}rheo_deliveries d SET status = 2, reason = $11, dead_at = $5,
+	UPDATE {S}rheo_deliveries d SET status = 2, reason = $12, dead_at = $5,
 		due_at = NULL, lease_id = NULL, consumer_id = NULL
 	WHERE d.ctid = ANY(ARRAY(SELECT tid FROM psel))
 	RETURNING d.seq
@@ -163,10 +154,10 @@ oldt AS MATERIALIZED (
 					WHERE y.grp_id = $1 AND y.part = p.part AND y.status < 2
 					ORDER BY y.seq LIMIT $13
 				) w
-				WHERE w.due_at <= $5 AND w.{TIMED} AND NOT (w.status = 1 AND w.attempt >= $9))
+				WHERE w.due_at <= $5 AND w.{TIMED} AND NOT (w.status = 1 AND w.attempt >= $11))
 			ELSE ARRAY(SELECT tid FROM dc WHERE dc.part = p.part) END)
 			AND x.grp_id + 0 = $1 AND x.part + 0 = p.part AND x.due_at + 0 <= $5 AND x.due_at + 0 >= ` + sqlstore.TimedBound + `
-			AND x.status + 0 < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+			AND x.status + 0 < 2 AND NOT (x.status = 1 AND x.attempt >= $11)
 		ORDER BY x.seq LIMIT $4
 		FOR UPDATE SKIP LOCKED
 	) d
@@ -177,7 +168,7 @@ oldw AS (
 	) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.due_at <= $5 AND x.{TIMED}
-			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $9)
+			AND x.status < 2 AND NOT (x.status = 1 AND x.attempt >= $11)
 			AND x.ctid <> ALL(ARRAY(SELECT tid FROM oldt WHERE oldt.part = p.part))
 		ORDER BY x.seq + 0 LIMIT $4
 		FOR UPDATE SKIP LOCKED
@@ -189,13 +180,51 @@ old AS (
 		FROM (SELECT * FROM oldr UNION ALL SELECT * FROM oldt UNION ALL SELECT * FROM oldw) u
 	) v WHERE v.k <= $4
 ),
-gpw AS (
+` + waitSQL + `,
+` + sharesSQL + `,
+upd AS (
+	UPDATE {S}rheo_deliveries d SET status = 1, attempt = d.attempt + 1, lease_id = ($8::text[])[pick.i],
+		consumer_id = $7, leased_at = $5, expires_at = $6, due_at = $6
+	FROM pick WHERE d.ctid = ANY(ARRAY(SELECT tid FROM pick WHERE NOT fresh)) AND NOT pick.fresh AND d.ctid = pick.tid
+	RETURNING d.part, d.seq, d.attempt, d.lease_id
+),
+` + leaseSQL + `,
+got AS (
+	SELECT u.part, u.seq, u.attempt, u.lease_id, false AS span, e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
+	FROM upd u CROSS JOIN LATERAL (
+		SELECT x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
+		WHERE x.stream_id = $2 AND x.part = u.part AND x.seq = u.seq LIMIT 1
+	) e
+	UNION ALL
+` + gotSpansSQL + `
+)
+SELECT part, seq, attempt, lease_id, span, id, etype, ekey, ts, payload, metadata FROM got
+ORDER BY part, seq`
+
+// The parts of the claim statements (fetchSQL, freshFetchSQL) they share.
+const (
+	// cursorsSQL locks the group's cursor rows (see fetchSQL); {DUE} is
+	// the fresh form's condition that nothing is due.
+	cursorsSQL = `wk AS (
+	SELECT g.part FROM {S}rheo_group_parts g
+	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered{DUE}
+),
+gpt AS (
+	SELECT part, offered FROM {S}rheo_group_parts
+	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
+	ORDER BY part FOR UPDATE SKIP LOCKED
+)`
+	// waitSQL waits for the cursors another fetcher holds.
+	waitSQL = `gpw AS (
 	SELECT part, offered FROM {S}rheo_group_parts
 	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
 		AND NOT EXISTS (SELECT 1 FROM gpt) AND NOT EXISTS (SELECT 1 FROM old)
 	ORDER BY part FOR UPDATE
-),
-gp AS (
+)`
+	// sharesSQL reads the events past the cursors and picks the deliveries
+	// and events the fetch leases (pick).
+	sharesSQL = `gp AS (
 	SELECT part, offered FROM gpt UNION ALL SELECT part, offered FROM gpw
 ),
 fresh1 AS (
@@ -203,18 +232,18 @@ fresh1 AS (
 	FROM gp CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
 		WHERE x.stream_id = $2 AND x.part = gp.part AND x.seq > gp.offered
-		ORDER BY x.seq LIMIT $12::int
+		ORDER BY x.seq LIMIT $10::int
 	) e
 ),
 enough AS (
-	SELECT bool_and(coalesce(c.n, 0) >= $12::int) AS ok
+	SELECT bool_and(coalesce(c.n, 0) >= $10::int) AS ok
 	FROM unnest($3::int[]) AS p(part)
 	LEFT JOIN (
 		SELECT part, count(*) AS n FROM (SELECT part FROM old UNION ALL SELECT part FROM fresh1) u GROUP BY part
 	) c ON c.part = p.part
 ),
 more AS (
-	SELECT part FROM fresh1 GROUP BY part HAVING count(*) >= $12::int
+	SELECT part FROM fresh1 GROUP BY part HAVING count(*) >= $10::int
 ),
 fresh AS (
 	SELECT * FROM fresh1
@@ -239,7 +268,7 @@ cand AS (
 	) c
 ),
 cnt AS (
-	SELECT part, (part - $10 + 1024) % 1024 AS ri, n, least($12::int, n) AS q
+	SELECT part, (part - $9 + 1024) % 1024 AS ri, n, least($10::int, n) AS q
 	FROM (SELECT part, count(*) AS n FROM cand GROUP BY part) c
 ),
 base AS (
@@ -258,14 +287,10 @@ share AS (
 pick AS (
 	SELECT c.part, c.seq, c.attempt, c.event_id, c.fresh, c.tid, c.etype, c.ekey, c.ts, c.payload, c.metadata, s.off + c.rn AS i
 	FROM cand c JOIN share s ON s.part = c.part WHERE c.rn <= s.take
-),
-upd AS (
-	UPDATE {S}rheo_deliveries d SET status = 1, attempt = d.attempt + 1, lease_id = ($8::text[])[pick.i],
-		consumer_id = $7, leased_at = $5, expires_at = $6, due_at = $6
-	FROM pick WHERE d.ctid = ANY(ARRAY(SELECT tid FROM pick WHERE NOT fresh)) AND NOT pick.fresh AND d.ctid = pick.tid
-	RETURNING d.part, d.seq, d.attempt, d.lease_id
-),
-ins AS (
+)`
+	// leaseSQL leases a partition's picked events as one span and
+	// advances the cursors.
+	leaseSQL = `ins AS (
 	INSERT INTO {S}rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, ids)
 	SELECT $1, part, min(seq), max(seq), ($8::text[])[min(i)], 1, $7, $5, $6, repeat('0', count(*)::int), count(*), min(seq),
 		array_agg(hashtextextended(event_id, 0) ORDER BY seq)
@@ -277,18 +302,42 @@ adv AS (
 	FROM (SELECT part, max(seq) AS top FROM pick WHERE fresh GROUP BY part) m
 	WHERE g.grp_id = $1 AND g.part = m.part
 	RETURNING g.part
+)`
+	// gotSpansSQL returns the leases of the spans with their events.
+	gotSpansSQL = `	SELECT p.part, p.seq, 1 AS attempt, ins.token AS lease_id, true AS span, p.event_id AS id,
+		p.etype, p.ekey, p.ts, p.payload, p.metadata
+	FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh`
+)
+
+// freshFetchSQL is the claim of a fetch that finds nothing due: no
+// delivery it could re-lease or dead-letter in the requested partitions
+// (due, with the conditions of fetchSQL's oldr and dc, from the same
+// indexes). It then takes only events past the cursors, exactly as
+// fetchSQL would (the same parts, with no old deliveries), in a statement
+// about half its size: PostgreSQL initializes every node of a plan on
+// each execution, and again when a locked cursor row makes it recheck
+// (EvalPlanQual), which was most of a fetch's cost on the server. When
+// something is due it claims nothing, locks no cursor and returns one row
+// of partition -1, and the fetch runs fetchSQL instead.
+const freshFetchSQL = `
+WITH due AS (
+	SELECT EXISTS (SELECT 1 FROM {S}rheo_deliveries x
+			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.due_at <= $5 AND x.{TIMED})
+		OR EXISTS (SELECT 1 FROM {S}rheo_deliveries x
+			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 0 AND x.{READY} AND x.due_at <= $5 - {OFFSET}) AS found
 ),
+old AS (
+	SELECT NULL::int AS part, NULL::bigint AS seq, NULL::int AS attempt, NULL::text AS event_id, NULL::tid AS tid WHERE false
+),
+` + cursorsSQL + `,
+` + waitSQL + `,
+` + sharesSQL + `,
+` + leaseSQL + `,
 got AS (
-	SELECT u.part, u.seq, u.attempt, u.lease_id, false AS span, e.id, e.etype, e.ekey, e.ts, e.payload, e.metadata
-	FROM upd u CROSS JOIN LATERAL (
-		SELECT x.id, x.etype, x.ekey, x.ts, x.payload, x.metadata FROM {S}rheo_events x
-		WHERE x.stream_id = $2 AND x.part = u.part AND x.seq = u.seq LIMIT 1
-	) e
-	UNION ALL
-	SELECT p.part, p.seq, 1, ins.token, true, p.event_id, p.etype, p.ekey, p.ts, p.payload, p.metadata
-	FROM pick p JOIN ins ON ins.part = p.part WHERE p.fresh
+` + gotSpansSQL + `
 )
 SELECT part, seq, attempt, lease_id, span, id, etype, ekey, ts, payload, metadata FROM got
+UNION ALL SELECT -1, 0, 0, '', false, '', '', '', 0, NULL, NULL FROM due WHERE found
 ORDER BY part, seq`
 
 // explodeSQL turns the spans of the requested partitions whose lease
@@ -368,7 +417,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	now := r.Now.UnixMicro()
 	exp := r.Now.Add(r.LeaseDuration).UnixMicro()
 	for attempt := 0; ; attempt++ {
-		leases, err := b.fetch(ctx, r, g, parts, ids, first, now, exp)
+		leases, err := b.claim(ctx, r, g, parts, ids, first, now, exp)
 		if err == nil {
 			return leases, nil
 		}
@@ -379,11 +428,42 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 }
 
 // quota is a partition's first share of a fetch of limit from k
-// partitions ($12 of fetchSQL): limit / k, rounded up.
+// partitions ($10 of fetchSQL): limit / k, rounded up.
 func quota(limit, k int) int { return (limit + max(k, 1) - 1) / max(k, 1) }
 
-func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
+// claim runs freshFetchSQL, or fetchSQL when something is due: at once
+// when the group's last claim in this process found something due, and
+// otherwise when freshFetchSQL reports it (a second round trip). A claim
+// by fetchSQL that leases no delivery row sends the group's next one to
+// freshFetchSQL again.
+func (b *Backend) claim(ctx context.Context, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
 	first int32, now, exp int64) ([]rheo.Lease, error) {
+	b.rrMu.Lock()
+	full := b.due[g.id]
+	b.rrMu.Unlock()
+	if !full {
+		leases, got, err := b.fetch(ctx, r, g, parts, ids, first, now, exp, false)
+		if err != nil || !got.due {
+			return leases, err
+		}
+	}
+	leases, got, err := b.fetch(ctx, r, g, parts, ids, first, now, exp, true)
+	if err == nil {
+		b.rrMu.Lock()
+		b.due[g.id] = got.rows > 0
+		b.rrMu.Unlock()
+	}
+	return leases, err
+}
+
+// claimed tells what a claim statement found besides its leases.
+type claimed struct {
+	due  bool // freshFetchSQL found something due and claimed nothing
+	rows int  // leases of delivery rows (not of spans)
+}
+
+func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
+	first int32, now, exp int64, full bool) ([]rheo.Lease, claimed, error) {
 	// The claim commits without waiting for its WAL flush (one round trip
 	// for the whole transaction). That is safe: a claim lost to a server
 	// crash only means its events are offered again (at-least-once), its
@@ -397,34 +477,38 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
 	batch.Queue(b.explodeFetch, g.id, g.streamID, parts, now)
-	q := b.fetchSQL
-	if g.maxAttempts <= 1 {
-		q = b.fetchSQL1
+	args := []any{g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids, first, quota(r.Limit, len(parts))}
+	switch {
+	case !full:
+		batch.Queue(b.freshFetch, args...)
+	case g.maxAttempts <= 1:
+		batch.Queue(b.fetchSQL1, append(args, g.maxAttempts, poisonReason, sqlstore.DueCap(r.Limit))...)
+	default:
+		batch.Queue(b.fetchSQL, append(args, g.maxAttempts, poisonReason, sqlstore.DueCap(r.Limit))...)
 	}
-	batch.Queue(q, g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids,
-		g.maxAttempts, first, poisonReason, quota(r.Limit, len(parts)), sqlstore.DueCap(r.Limit))
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
 	for range 3 {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return nil, claimed{}, err
 		}
 	}
-	leases, err := b.scanLeases(br, r, now, exp)
+	leases, got, err := b.scanLeases(br, r, now, exp)
 	if err != nil {
-		return nil, err
+		return nil, got, err
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, err
+		return nil, got, err
 	}
-	return leases, br.Close()
+	return leases, got, br.Close()
 }
 
-func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp int64) ([]rheo.Lease, error) {
+func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp int64) ([]rheo.Lease, claimed, error) {
+	var got claimed
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, got, err
 	}
 	defer rows.Close()
 	leases := make([]rheo.Lease, 0, r.Limit)
@@ -442,7 +526,11 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 	for rows.Next() {
 		payload, meta = nil, nil
 		if err := rows.Scan(dest...); err != nil {
-			return nil, err
+			return nil, got, err
+		}
+		if part < 0 { // freshFetchSQL's row: something is due
+			got.due = true
+			continue
 		}
 		e := rheo.Event{
 			ID: id, Stream: r.Stream, Partition: int(part), Sequence: seq, Type: etype, Key: ekey,
@@ -450,10 +538,13 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		}
 		if meta != nil {
 			if e.Metadata, err = stored.Metadata(meta); err != nil {
-				return nil, err
+				return nil, got, err
 			}
 		}
 		lid, receipt := leaseID, leaseID
+		if !span {
+			got.rows++
+		}
 		if span { // the span's token: the member's ID is derived from it
 			if member.Token() != leaseID {
 				member = sqlstore.NewSpanIDs(leaseID)
@@ -466,9 +557,9 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, got, err
 	}
-	return leases, nil
+	return leases, got, nil
 }
 
 // rotate returns which partition a group's next fetch serves first. It
@@ -1105,13 +1196,14 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSQL, fetchSQL1, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
+	fetchSQL, fetchSQL1, freshFetch, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
-	fetch := b.sqlf(due(memberIDs(fetchSQL)))
+	fetch := b.sqlf(due(memberIDs(strings.ReplaceAll(fetchSQL, "{DUE}", ""))))
 	b.fetchSQL = strings.ReplaceAll(fetch, "{SWEEP}", sweepRetried)
+	b.freshFetch = b.sqlf(due(strings.ReplaceAll(freshFetchSQL, "{DUE}", " AND NOT (SELECT found FROM due)")))
 	b.fetchSQL1 = strings.ReplaceAll(fetch, "{SWEEP}", due(sweepDue))
 	b.renewSQL = b.sqlf(renewSQL)
 	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt", "{O}", "NULL::text").Replace(settleSpans)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"slices"
 
 	"github.com/rheo-go/rheo"
@@ -25,6 +26,22 @@ func (b *Backend) ExplodeSQLForTest() string { return b.explodeFetch }
 
 // FetchSQLForTest exposes the fetch statement to the package's tests.
 func (b *Backend) FetchSQLForTest() string { return b.fetchSQL }
+
+// FreshFetchSQLForTest exposes the fetch statement of a group with
+// nothing due (its arguments are the first ten of FetchSQLForTest's).
+func (b *Backend) FreshFetchSQLForTest() string { return b.freshFetch }
+
+// DueForTest tells whether the group's next fetch in this process goes
+// straight to the statement that claims due deliveries.
+func (b *Backend) DueForTest(ctx context.Context, stream, group string) (bool, error) {
+	g, err := b.group(ctx, stream, group)
+	if err != nil {
+		return false, err
+	}
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	return b.due[g.id], nil
+}
 
 // QuerySQLForTest compiles q on the stream with id streamID as Query runs it.
 func (b *Backend) QuerySQLForTest(streamID int64, q rheo.QuerySpec) (string, []any) {

@@ -66,10 +66,13 @@ func TestHotPathPlans(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Now().UnixMicro()
 	explainFetch(t, be, now)
+	require.Equal(t, claim{leases: 100}, freshFetch(t, be, now))
 	// An hour on, the leases just taken have expired: the fetch takes them
-	// again (the redelivery path) and dead-letters none (limit 5).
+	// again (the redelivery path) and dead-letters none (limit 5); the
+	// statement of a group with nothing due claims nothing and says so.
 	later := now + 3600*1000000
 	explainFetch(t, be, later)
+	require.Equal(t, claim{due: true}, freshFetch(t, be, later))
 	parts2 := make([]int32, len(ls))
 	seqs := make([]int64, len(ls))
 	l2 := make([]string, len(ls))
@@ -165,16 +168,64 @@ func explainExecute(t *testing.T, tx pgx.Tx, name string, analyze bool, args ...
 // explainFetch explains a fetch of 100 from partitions 0-3 of stream 1 by
 // the backend's one group, at now (microseconds).
 func explainFetch(t *testing.T, be *postgres.Backend, now int64) []string {
+	args := fetchArgs(t, be, now)
+	return explainAll(t, be, postgres.FetchGUCsForTest,
+		stmt{be.ExplodeSQLForTest(), []any{args[0], args[1], args[2], now}},
+		stmt{be.FetchSQLForTest(), args})
+}
+
+// fetchArgs are the arguments of a fetch of 100 from partitions 0-3 of
+// stream 1 by the backend's one group, at now (microseconds), in the
+// order of FetchSQLForTest; FreshFetchSQLForTest takes the first ten.
+func fetchArgs(t *testing.T, be *postgres.Backend, now int64) []any {
 	var gid int64
 	require.NoError(t, be.Pool().QueryRow(context.Background(), "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
 	lids := make([]string, 100)
 	for i := range lids {
 		lids[i] = "00000000-0000-0000-0000-000000000000"
 	}
-	parts := []int32{0, 1, 2, 3}
-	return explainAll(t, be, postgres.FetchGUCsForTest,
-		stmt{be.ExplodeSQLForTest(), []any{gid, int64(1), parts, now}},
-		stmt{be.FetchSQLForTest(), []any{gid, int64(1), parts, 100, now, now + 30000000, "c", lids, 5, int32(0), "r", 25, 216}})
+	return []any{gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now + 30000000, "c", lids, int32(0), 25, 5, "r", 216}
+}
+
+// claim is what a run of FreshFetchSQLForTest returned: how many leases,
+// and whether it found something due instead.
+type claim struct {
+	leases int
+	due    bool
+}
+
+// freshFetch explains FreshFetchSQLForTest at now after the statement a
+// fetch runs before it (see explainAll), then runs the two in a
+// transaction it rolls back and reports what the claim returned.
+func freshFetch(t *testing.T, be *postgres.Backend, now int64) claim {
+	ctx := context.Background()
+	args := fetchArgs(t, be, now)[:10]
+	explode := stmt{be.ExplodeSQLForTest(), []any{args[0], args[1], args[2], now}}
+	explainAll(t, be, postgres.FetchGUCsForTest, explode, stmt{be.FreshFetchSQLForTest(), args})
+	tx, err := be.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, st := range []stmt{{postgres.FetchGUCsForTest, nil}, explode} {
+		_, err = tx.Exec(ctx, st.q, st.args...)
+		require.NoError(t, err)
+	}
+	rows, err := tx.Query(ctx, be.FreshFetchSQLForTest(), args...)
+	require.NoError(t, err)
+	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int32, error) {
+		var part int32
+		return part, r.Scan(&part, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+	})
+	require.NoError(t, err)
+	var c claim
+	for _, p := range parts {
+		if p < 0 {
+			c.due = true
+		} else {
+			c.leases++
+		}
+	}
+	require.False(t, c.due && c.leases > 0, "claimed and found something due")
+	return c
 }
 
 // TestFetchReadsOnlyClaimable checks that a fetch reads past none of the
@@ -194,16 +245,7 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
 	// The generic plan the backend makes on a connection's first fetch,
 	// made while the deliveries table is empty (see planner).
-	fetchArgs := func(now int64) []any {
-		var gid int64
-		require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
-		lids := make([]string, 100)
-		for i := range lids {
-			lids[i] = "00000000-0000-0000-0000-000000000000"
-		}
-		return []any{gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now + 30000000, "c", lids, 5, int32(0), "r", 25, 216}
-	}
-	early := planner(t, be)("rheo_fetch", postgres.FetchGUCsForTest, be.FetchSQLForTest(), fetchArgs(time.Now().UnixMicro())...)
+	early := planner(t, be)("rheo_fetch", postgres.FetchGUCsForTest, be.FetchSQLForTest(), fetchArgs(t, be, time.Now().UnixMicro())...)
 	var reopen []string
 	later := time.Now().Add(24 * time.Hour)
 	for n := 0; n < 4000; {
@@ -233,7 +275,7 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 	require.NoError(t, err)
 
 	now := time.Now().UnixMicro()
-	checkReads(t, early(fetchArgs(now)...), "rheo_deliveries", 100)
+	checkReads(t, early(fetchArgs(t, be, now)...), "rheo_deliveries", 100)
 	lines := explainFetch(t, be, now)
 	checkThrownAway(t, lines, "rheo_", 99) // the fetch read no rows of the store it could not claim
 	leased := 0
@@ -255,6 +297,96 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 	for _, l := range ls {
 		require.Greater(t, l.Event.Sequence, int64(500), "a delayed retry came back a day early")
 	}
+}
+
+// TestFreshFetchPassesDelayedRetries: with 2,000 retries delayed for a
+// day, the statement of a group with nothing due (its generic plan made
+// while the deliveries table was empty) reads none of them, finds nothing
+// due and claims events past the cursors; and a fetch takes that path.
+func TestFreshFetchPassesDelayedRetries(t *testing.T) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	fill(t, c, "s", 4000)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	fresh := planner(t, be)("rheo_fresh", postgres.FetchGUCsForTest, be.FreshFetchSQLForTest(),
+		fetchArgs(t, be, time.Now().UnixMicro())[:10]...)
+	for n := 0; n < 2000; {
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1000})
+		require.NoError(t, err)
+		reqs := make([]rheo.SettleRequest, len(ls))
+		for i, l := range ls {
+			reqs[i] = rheo.SettleRequest{Kind: rheo.SettleNack, Lease: l, Reason: "down", AvailableAt: time.Now().Add(24 * time.Hour)}
+		}
+		errs, err := be.Settle(ctx, "s", "g", reqs, time.Now())
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		n += len(ls)
+	}
+	_, err := be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_deliveries")
+	require.NoError(t, err)
+
+	now := time.Now().UnixMicro()
+	checkThrownAway(t, fresh(fetchArgs(t, be, now)[:10]...), "rheo_", 99)
+	require.Equal(t, claim{leases: 100}, freshFetch(t, be, now))
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, ls, 100)
+	for _, l := range ls {
+		require.Greater(t, l.Event.Sequence, int64(500), "a delayed retry came back a day early")
+	}
+	due, err := be.DueForTest(ctx, "s", "g")
+	require.NoError(t, err)
+	require.False(t, due)
+}
+
+// TestFetchAfterSomethingDue: a fetch that finds something due claims it
+// first (through the statement that claims deliveries) and sends the
+// group's next fetch straight there; one that then leases no delivery row
+// sends the next back to the statement of a group with nothing due.
+func TestFetchAfterSomethingDue(t *testing.T) {
+	be := newBackend(t)
+	ctx := context.Background()
+	clk := clock.NewFrozen(time.Now())
+	c := rheo.New(be, rheo.WithClock(clk))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	fill(t, c, "s", 400)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	due := func() bool {
+		d, err := be.DueForTest(ctx, "s", "g")
+		require.NoError(t, err)
+		return d
+	}
+	fetch := func(opts rheo.FetchOptions) []rheo.Lease {
+		ls, err := c.Fetch(ctx, "s", "g", opts)
+		require.NoError(t, err)
+		require.NotEmpty(t, ls)
+		return ls
+	}
+	ids := func(ls []rheo.Lease) []string {
+		out := make([]string, len(ls))
+		for i, l := range ls {
+			out[i] = l.Event.ID
+		}
+		return out
+	}
+	first := fetch(rheo.FetchOptions{Limit: 8})
+	require.False(t, due())
+	require.NoError(t, c.Release(ctx, first[3]))
+	again := fetch(rheo.FetchOptions{Limit: 8})
+	require.Contains(t, ids(again), first[3].Event.ID, "the released delivery comes again")
+	require.True(t, due())
+	fetch(rheo.FetchOptions{Limit: 8})
+	require.False(t, due())
+	// Expired leases: due at a time that has come.
+	held := fetch(rheo.FetchOptions{Limit: 8, LeaseDuration: time.Minute})
+	clk.Advance(2 * time.Minute)
+	back := fetch(rheo.FetchOptions{Limit: 100})
+	require.Subset(t, ids(back), ids(held), "the expired leases come again")
+	require.True(t, due())
 }
 
 // TestPartialSpanSettleReadsOnlyItsSpan: a settle of some members of a span
@@ -334,14 +466,9 @@ func TestFetchAfterManyExpiredLeasesReadsAFew(t *testing.T) {
 	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT id FROM "+be.Schema()+".rheo_groups").Scan(&gid))
 
 	plan := planner(t, be)
-	lids := make([]string, 100)
-	for i := range lids {
-		lids[i] = "00000000-0000-0000-0000-000000000000"
-	}
-	parts := []int32{0, 1, 2, 3}
 	now := time.Now().UnixMicro()
-	fetchArgs := []any{gid, int64(1), parts, 100, now, now + 30000000, "c", lids, 5, int32(0), "r", 25, 216}
-	fetch := plan("rheo_fetch", postgres.FetchGUCsForTest, be.FetchSQLForTest(), fetchArgs...)
+	args := fetchArgs(t, be, now)
+	fetch := plan("rheo_fetch", postgres.FetchGUCsForTest, be.FetchSQLForTest(), args...)
 	one := func(v any) any { // a one-element array of v
 		switch v := v.(type) {
 		case int32:
@@ -366,7 +493,7 @@ func TestFetchAfterManyExpiredLeasesReadsAFew(t *testing.T) {
 	_, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 20, LeaseDuration: time.Minute})
 	require.NoError(t, err)
 
-	checkReads(t, fetch(fetchArgs...), "rheo_deliveries", 400)
+	checkReads(t, fetch(args...), "rheo_deliveries", 400)
 	ls, err := rheo.New(be).Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, ls, 100)

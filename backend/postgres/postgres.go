@@ -91,6 +91,7 @@ type Backend struct {
 
 	rrMu sync.Mutex
 	rr   map[int64]int
+	due  map[int64]bool // groups whose last claim found something due (see claim)
 
 	closeOnce sync.Once
 }
@@ -129,6 +130,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		streams: map[string]streamRef{},
 		groups:  map[[2]string]groupRef{},
 		rr:      map[int64]int{},
+		due:     map[int64]bool{},
 	}
 	b.prepareTexts()
 	b.db = stdlib.OpenDBFromPool(pool)
