@@ -462,6 +462,8 @@ type claimed struct {
 	rows int  // leases of delivery rows (not of spans)
 }
 
+// fetch runs a claim statement (fetchSQL when full, freshFetchSQL
+// otherwise) in a transaction of its own, in one round trip.
 func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
 	first int32, now, exp int64, full bool) ([]rheo.Lease, claimed, error) {
 	// The claim commits without waiting for its WAL flush (one round trip
