@@ -323,9 +323,12 @@ func (c *Client) settleBatch(ctx context.Context, reqs []SettleRequest) error {
 	now := c.now()
 	for _, k := range order {
 		idx := groups[k]
-		batch := make([]SettleRequest, len(idx))
-		for j, i := range idx {
-			batch[j] = reqs[i]
+		batch := reqs // every request, in order: the usual AckBatch of a fetch
+		if len(idx) < len(reqs) {
+			batch = make([]SettleRequest, len(idx))
+			for j, i := range idx {
+				batch[j] = reqs[i]
+			}
 		}
 		res, err := c.b.Settle(ctx, k.stream, k.group, batch, now)
 		for j, i := range idx {

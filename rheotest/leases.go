@@ -339,6 +339,29 @@ func runSettle(t *testing.T, f Factory) {
 			require.ErrorIs(t, err, rheo.ErrStaleLease)
 			e.requireLag(s, g, 0, 2, 2)
 		}},
+		{"ack_batch_across_groups_and_streams_reports_in_order", func(t *testing.T, f Factory) {
+			e := newEnv(t, f)
+			s1, s2 := e.stream(1), e.stream(1)
+			e.appendN(s1, 0, 2)
+			e.appendN(s2, 0, 1)
+			g1, g2, g3 := e.group(s1, rheo.GroupConfig{}), e.group(s1, rheo.GroupConfig{}), e.group(s2, rheo.GroupConfig{})
+			a, b, c := e.fetchN(s1, g1, 2), e.fetchN(s1, g2, 1), e.fetchN(s2, g3, 1)
+			bad := a[1]
+			bad.ID = "not a lease ID"
+			err := e.c.AckBatch(e.ctx, []rheo.Lease{a[0], b[0], bad, c[0]})
+			var be *rheo.BatchError
+			require.ErrorAs(t, err, &be)
+			require.Len(t, be.Errs, 4)
+			require.NoError(t, be.Errs[0])
+			require.NoError(t, be.Errs[1])
+			require.ErrorIs(t, be.Errs[2], rheo.ErrInvalidArgument)
+			require.NoError(t, be.Errs[3])
+			e.requireLag(s1, g1, 0, 1, 2)
+			e.requireLag(s1, g2, 0, 1, 2)
+			e.requireLag(s2, g3, 0, 1, 1)
+			require.NoError(t, e.c.AckBatch(e.ctx, a[1:]))
+			e.requireLag(s1, g1, 0, 2, 2)
+		}},
 		{"ack_batch_with_one_lease_twice_acks_it_once", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)
