@@ -315,22 +315,11 @@ adv AS (
 // indexes). It then takes only events past the cursors, exactly as
 // fetchSQL would (the same parts, with no old deliveries), in a statement
 // about half its size: PostgreSQL initializes every node of a plan on
-// each execution, and again when a locked cursor row makes it recheck
-// (EvalPlanQual), which was most of a fetch's cost on the server. When
-// something is due it claims nothing, locks no cursor and returns one row
-// of partition -1, and the fetch runs fetchSQL instead.
-const freshFetchSQL = `
-WITH due AS (
-	SELECT EXISTS (SELECT 1 FROM {S}rheo_deliveries x
-			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.due_at <= $5 AND x.{TIMED})
-		OR EXISTS (SELECT 1 FROM {S}rheo_deliveries x
-			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 0 AND x.{READY} AND x.due_at <= $5 - {OFFSET}) AS found
-),
-old AS (
-	SELECT NULL::int AS part, NULL::bigint AS seq, NULL::int AS attempt, NULL::text AS event_id, NULL::tid AS tid WHERE false
-),
-` + cursorsSQL + `,
-` + waitSQL + `,
+// each execution, which took a quarter of the server's CPU in a loop of
+// fetches of 100 and their acks when every fetch ran fetchSQL. When
+// something is due it claims nothing, locks no cursor (wk is empty) and
+// returns one row of partition -1, and the fetch runs fetchSQL instead.
+const freshFetchSQL = freshHeadSQL + `,
 ` + sharesSQL + `,
 ` + leaseSQL + `,
 got AS (
@@ -339,6 +328,33 @@ got AS (
 SELECT part, seq, attempt, lease_id, span, id, etype, ekey, ts, payload, metadata FROM got
 UNION ALL SELECT -1, 0, 0, '', false, '', '', '', 0, NULL, NULL FROM due WHERE found
 ORDER BY part, seq`
+
+// lockCursorsSQL runs before freshFetchSQL, in its transaction: it locks
+// the cursor rows freshFetchSQL would lock, or waits for them, by the same
+// conditions ({NOW} is $4). The claim's snapshot, taken after, then sees
+// each cursor as its last holder left it. Otherwise, a claim that found a
+// cursor row updated since its snapshot (it waited for it, or another
+// fetcher committed between its snapshot and its lock) rechecked the row
+// (EvalPlanQual), which initializes every node of its plan again; a
+// recheck of this statement's small plan costs little.
+const lockCursorsSQL = freshHeadSQL + `
+SELECT count(*) FROM (SELECT part FROM gpt UNION ALL SELECT part FROM gpw) c`
+
+// freshHeadSQL is the head of freshFetchSQL and lockCursorsSQL: whether
+// anything is due (due; {NOW} is the parameter of the fetch's time), no
+// old deliveries, and the cursor rows, locked or waited for.
+const freshHeadSQL = `
+WITH due AS (
+	SELECT EXISTS (SELECT 1 FROM {S}rheo_deliveries x
+			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.due_at <= {NOW} AND x.{TIMED})
+		OR EXISTS (SELECT 1 FROM {S}rheo_deliveries x
+			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 0 AND x.{READY} AND x.due_at <= {NOW} - {OFFSET}) AS found
+),
+old AS (
+	SELECT NULL::int AS part, NULL::bigint AS seq, NULL::int AS attempt, NULL::text AS event_id, NULL::tid AS tid WHERE false
+),
+` + cursorsSQL + `,
+` + waitSQL
 
 // explodeSQL turns the spans of the requested partitions whose lease
 // expired by $4, and spans whose members are all settled, into the leased
@@ -462,8 +478,9 @@ type claimed struct {
 	rows int  // leases of delivery rows (not of spans)
 }
 
-// fetch runs a claim statement (fetchSQL when full, freshFetchSQL
-// otherwise) in a transaction of its own, in one round trip.
+// fetch runs a claim statement (fetchSQL when full, freshFetchSQL after
+// lockCursorsSQL otherwise) in a transaction of its own, in one round
+// trip.
 func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, parts []int32, ids []string,
 	first int32, now, exp int64, full bool) ([]rheo.Lease, claimed, error) {
 	// The claim commits without waiting for its WAL flush (one round trip
@@ -482,6 +499,7 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	args := []any{g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids, first, quota(r.Limit, len(parts))}
 	switch {
 	case !full:
+		batch.Queue(b.lockCursors, g.id, g.streamID, parts, now)
 		batch.Queue(b.freshFetch, args...)
 	case g.maxAttempts <= 1:
 		batch.Queue(b.fetchSQL1, append(args, g.maxAttempts, poisonReason, sqlstore.DueCap(r.Limit))...)
@@ -491,7 +509,7 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	for range 3 {
+	for range batch.Len() - 2 { // every statement before the claim
 		if _, err := br.Exec(); err != nil {
 			return nil, claimed{}, err
 		}
@@ -1198,14 +1216,18 @@ func scanSettled(rows pgx.Rows, done []bool) error {
 
 // prepared statement texts, with the schema substituted once.
 type statements struct {
-	fetchSQL, fetchSQL1, freshFetch, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
+	fetchSQL, fetchSQL1, freshFetch, lockCursors, explodeFetch, ackSpansSQL, renewSQL, renewSpanSQL, settleSQL, settleRowsSQL, settleJoinSQL, otherReceiptSQL, appendSQL, appendFastSQL string
 }
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
 	fetch := b.sqlf(due(memberIDs(strings.ReplaceAll(fetchSQL, "{DUE}", ""))))
 	b.fetchSQL = strings.ReplaceAll(fetch, "{SWEEP}", sweepRetried)
-	b.freshFetch = b.sqlf(due(strings.ReplaceAll(freshFetchSQL, "{DUE}", " AND NOT (SELECT found FROM due)")))
+	fresh := func(q, now string) string {
+		return b.sqlf(due(strings.NewReplacer("{DUE}", " AND NOT (SELECT found FROM due)", "{NOW}", now).Replace(q)))
+	}
+	b.freshFetch = fresh(freshFetchSQL, "$5")
+	b.lockCursors = fresh(lockCursorsSQL, "$4")
 	b.fetchSQL1 = strings.ReplaceAll(fetch, "{SWEEP}", due(sweepDue))
 	b.renewSQL = b.sqlf(renewSQL)
 	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt", "{O}", "NULL::text").Replace(settleSpans)

@@ -31,6 +31,11 @@ func (b *Backend) FetchSQLForTest() string { return b.fetchSQL }
 // nothing due (its arguments are the first ten of FetchSQLForTest's).
 func (b *Backend) FreshFetchSQLForTest() string { return b.freshFetch }
 
+// LockCursorsSQLForTest exposes the statement a fetch runs before
+// FreshFetchSQLForTest (its arguments are the group's and stream's IDs,
+// the partitions and the time).
+func (b *Backend) LockCursorsSQLForTest() string { return b.lockCursors }
+
 // DueForTest tells whether the group's next fetch in this process goes
 // straight to the statement that claims due deliveries.
 func (b *Backend) DueForTest(ctx context.Context, stream, group string) (bool, error) {

@@ -194,18 +194,19 @@ type claim struct {
 	due    bool
 }
 
-// freshFetch explains FreshFetchSQLForTest at now after the statement a
-// fetch runs before it (see explainAll), then runs the two in a
-// transaction it rolls back and reports what the claim returned.
+// freshFetch explains FreshFetchSQLForTest at now after the statements a
+// fetch runs before it (see explainAll), then runs them in a transaction
+// it rolls back and reports what the claim returned.
 func freshFetch(t *testing.T, be *postgres.Backend, now int64) claim {
 	ctx := context.Background()
 	args := fetchArgs(t, be, now)[:10]
 	explode := stmt{be.ExplodeSQLForTest(), []any{args[0], args[1], args[2], now}}
-	explainAll(t, be, postgres.FetchGUCsForTest, explode, stmt{be.FreshFetchSQLForTest(), args})
+	lock := stmt{be.LockCursorsSQLForTest(), []any{args[0], args[1], args[2], now}}
+	explainAll(t, be, postgres.FetchGUCsForTest, explode, lock, stmt{be.FreshFetchSQLForTest(), args})
 	tx, err := be.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, st := range []stmt{{postgres.FetchGUCsForTest, nil}, explode} {
+	for _, st := range []stmt{{postgres.FetchGUCsForTest, nil}, explode, lock} {
 		_, err = tx.Exec(ctx, st.q, st.args...)
 		require.NoError(t, err)
 	}
@@ -300,9 +301,10 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 }
 
 // TestFreshFetchPassesDelayedRetries: with 2,000 retries delayed for a
-// day, the statement of a group with nothing due (its generic plan made
-// while the deliveries table was empty) reads none of them, finds nothing
-// due and claims events past the cursors; and a fetch takes that path.
+// day, the statements of a group with nothing due (their generic plans
+// made while the deliveries table was empty) read none of them, find
+// nothing due and claim events past the cursors; and a fetch takes that
+// path.
 func TestFreshFetchPassesDelayedRetries(t *testing.T) {
 	be := newBackend(t)
 	c := rheo.New(be)
@@ -310,8 +312,10 @@ func TestFreshFetchPassesDelayedRetries(t *testing.T) {
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	fill(t, c, "s", 4000)
 	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
-	fresh := planner(t, be)("rheo_fresh", postgres.FetchGUCsForTest, be.FreshFetchSQLForTest(),
-		fetchArgs(t, be, time.Now().UnixMicro())[:10]...)
+	plan := planner(t, be)
+	fresh := plan("rheo_fresh", postgres.FetchGUCsForTest, be.FreshFetchSQLForTest(), fetchArgs(t, be, time.Now().UnixMicro())[:10]...)
+	lockArgs := func(now int64) []any { return append(fetchArgs(t, be, now)[:3:3], now) }
+	lock := plan("rheo_lock", postgres.FetchGUCsForTest, be.LockCursorsSQLForTest(), lockArgs(time.Now().UnixMicro())...)
 	for n := 0; n < 2000; {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1000})
 		require.NoError(t, err)
@@ -330,6 +334,7 @@ func TestFreshFetchPassesDelayedRetries(t *testing.T) {
 	require.NoError(t, err)
 
 	now := time.Now().UnixMicro()
+	checkThrownAway(t, lock(lockArgs(now)...), "rheo_", 99)
 	checkThrownAway(t, fresh(fetchArgs(t, be, now)[:10]...), "rheo_", 99)
 	require.Equal(t, claim{leases: 100}, freshFetch(t, be, now))
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
