@@ -98,6 +98,9 @@ const (
 // partition once per claimed row. setFetchGUCs rules out the plans a
 // stale estimate would otherwise pick here (sequential scans, nested loops
 // but for the LATERAL probes).
+//
+// A fetch that finds nothing due runs freshFetchSQL instead, built from
+// the same parts (cursorsSQL, waitSQL, sharesSQL, leaseSQL, gotSpansSQL).
 const fetchSQL = `
 WITH RECURSIVE tp(part) AS (
 	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} ORDER BY x.part LIMIT 1)
@@ -562,14 +565,13 @@ func (b *Backend) scanLeases(br pgx.BatchResults, r rheo.FetchRequest, now, exp 
 			}
 		}
 		lid, receipt := leaseID, leaseID
-		if !span {
-			got.rows++
-		}
 		if span { // the span's token: the member's ID is derived from it
 			if member.Token() != leaseID {
 				member = sqlstore.NewSpanIDs(leaseID)
 			}
 			lid, receipt = member.Member(seq)
+		} else {
+			got.rows++
 		}
 		leases = append(leases, rheo.Lease{
 			ID: lid, Receipt: receipt, Stream: r.Stream, Group: r.Group, ConsumerID: r.ConsumerID,
