@@ -102,21 +102,7 @@ const (
 // A fetch that finds nothing due runs freshFetchSQL instead, built from
 // the same parts (cursorsSQL, waitSQL, sharesSQL, leaseSQL, gotSpansSQL).
 const fetchSQL = `
-WITH RECURSIVE tp(part) AS (
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} ORDER BY x.part LIMIT 1)
-	UNION ALL
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} AND x.part > tp.part
-		ORDER BY x.part LIMIT 1)
-	FROM tp WHERE tp.part IS NOT NULL
-),
-rp(part) AS (
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.{READY}
-		ORDER BY x.part LIMIT 1)
-	UNION ALL
-	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.{READY}
-		AND x.part > rp.part ORDER BY x.part LIMIT 1)
-	FROM rp WHERE rp.part IS NOT NULL
-),
+WITH RECURSIVE ` + probesSQL + `,
 ` + cursorsSQL + `,
 tq AS (SELECT part FROM tp WHERE part = ANY($3::int[])),
 psel AS (
@@ -206,6 +192,24 @@ ORDER BY part, seq`
 
 // The parts of the claim statements (fetchSQL, freshFetchSQL) they share.
 const (
+	// probesSQL finds the partitions that have delivery rows due at a
+	// time (tp) and available at once (rp), by a skip scan of each index:
+	// a probe per partition that has some, one when none has.
+	probesSQL = `tp(part) AS (
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} ORDER BY x.part LIMIT 1)
+	UNION ALL
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.{TIMED} AND x.part > tp.part
+		ORDER BY x.part LIMIT 1)
+	FROM tp WHERE tp.part IS NOT NULL
+),
+rp(part) AS (
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.{READY}
+		ORDER BY x.part LIMIT 1)
+	UNION ALL
+	SELECT (SELECT x.part FROM {S}rheo_deliveries x WHERE x.grp_id = $1 AND x.status = 0 AND x.{READY}
+		AND x.part > rp.part ORDER BY x.part LIMIT 1)
+	FROM rp WHERE rp.part IS NOT NULL
+)`
 	// cursorsSQL locks the group's cursor rows (see fetchSQL); {DUE} is
 	// the fresh form's condition that nothing is due.
 	cursorsSQL = `wk AS (
@@ -344,14 +348,23 @@ const lockCursorsSQL = freshHeadSQL + `
 SELECT count(*) FROM (SELECT part FROM gpt UNION ALL SELECT part FROM gpw) c`
 
 // freshHeadSQL is the head of freshFetchSQL and lockCursorsSQL: whether
-// anything is due (due; {NOW} is the parameter of the fetch's time), no
+// anything is due (due, probing only the partitions that have delivery
+// rows, as fetchSQL does; {NOW} is the parameter of the fetch's time), no
 // old deliveries, and the cursor rows, locked or waited for.
 const freshHeadSQL = `
-WITH due AS (
-	SELECT EXISTS (SELECT 1 FROM {S}rheo_deliveries x
-			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.due_at <= {NOW} AND x.{TIMED})
-		OR EXISTS (SELECT 1 FROM {S}rheo_deliveries x
-			WHERE x.grp_id = $1 AND x.part = ANY($3::int[]) AND x.status = 0 AND x.{READY} AND x.due_at <= {NOW} - {OFFSET}) AS found
+WITH RECURSIVE ` + probesSQL + `,
+due AS (
+	SELECT EXISTS (
+		SELECT 1 FROM tp CROSS JOIN LATERAL (
+			SELECT 1 FROM {S}rheo_deliveries x
+			WHERE x.grp_id = $1 AND x.part = tp.part AND x.due_at <= {NOW} AND x.{TIMED} LIMIT 1
+		) d WHERE tp.part = ANY($3::int[])
+	) OR EXISTS (
+		SELECT 1 FROM rp CROSS JOIN LATERAL (
+			SELECT 1 FROM {S}rheo_deliveries x
+			WHERE x.grp_id = $1 AND x.part = rp.part AND x.status = 0 AND x.{READY} AND x.due_at <= {NOW} - {OFFSET} LIMIT 1
+		) d WHERE rp.part = ANY($3::int[])
+	) AS found
 ),
 old AS (
 	SELECT NULL::int AS part, NULL::bigint AS seq, NULL::int AS attempt, NULL::text AS event_id, NULL::tid AS tid WHERE false
