@@ -78,7 +78,9 @@ func TestMigratePrintRefusesBackendsWithoutSQL(t *testing.T) {
 // (RHEO_TEST_POSTGRES), skipping loudly without it except under CI=true.
 func TestMigratePrintScriptMigrates(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: CREATE INDEX CONCURRENTLY waits for every transaction of
+	// the database that began before it, other clients' too.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dsn, conn := testPostgres(ctx, t)
 	defer conn.Close(ctx)
@@ -142,7 +144,9 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 // `rheo:` line naming the fix, exit 1, and no store created.
 func TestMisconfiguredStoreNamesTheFix(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: CREATE INDEX CONCURRENTLY waits for every transaction of
+	// the database that began before it, other clients' too.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dsn, conn := testPostgres(ctx, t)
 	defer conn.Close(ctx)
