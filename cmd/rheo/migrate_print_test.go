@@ -88,9 +88,18 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 	_, _ = rand.Read(rnd[:])
 	schema := "rheo_cli_print_" + hex.EncodeToString(rnd[:])
 	// A defer, not t.Cleanup: the connection closes when this function
-	// returns, before cleanups run, and the schema must not outlive the test.
+	// returns, before cleanups run, and the schema must not outlive the test
+	// (on a connection of its own when a statement that ran out of time
+	// closed this one).
 	defer func() {
-		_, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		drop := conn
+		if drop.IsClosed() {
+			var err error
+			drop, err = pgx.Connect(context.Background(), dsn)
+			require.NoError(t, err, "connect to drop schema %s", schema)
+			defer drop.Close(context.Background())
+		}
+		_, err := drop.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		require.NoError(t, err, "drop schema %s", schema)
 	}()
 	sep := "?"
