@@ -170,7 +170,7 @@ func explainExecute(t *testing.T, tx pgx.Tx, name string, analyze bool, args ...
 func explainFetch(t *testing.T, be *postgres.Backend, now int64) []string {
 	args := fetchArgs(t, be, now)
 	return explainAll(t, be, postgres.FetchGUCsForTest,
-		stmt{be.ExplodeSQLForTest(), []any{args[0], args[1], args[2], now}},
+		stmt{be.ExplodeSQLForTest(), groupArgs(args, now)},
 		stmt{be.FetchSQLForTest(), args})
 }
 
@@ -187,6 +187,23 @@ func fetchArgs(t *testing.T, be *postgres.Backend, now int64) []any {
 	return []any{gid, int64(1), []int32{0, 1, 2, 3}, 100, now, now + 30000000, "c", lids, int32(0), 25, 5, "r", 216}
 }
 
+// groupArgs are the arguments of ExplodeSQLForTest and
+// LockCursorsSQLForTest: the group, stream and partitions of fetchArgs'
+// args, and now.
+func groupArgs(args []any, now int64) []any { return append(args[:3:3], now) }
+
+// filled returns a backend whose stream "s" of 4 partitions holds n
+// events, with group "g" at its beginning.
+func filled(t *testing.T, n int) (*postgres.Backend, *rheo.Client) {
+	be := newBackend(t)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	fill(t, c, "s", n)
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	return be, c
+}
+
 // claim is what a run of FreshFetchSQLForTest returned: how many leases,
 // and whether it found something due instead.
 type claim struct {
@@ -200,8 +217,8 @@ type claim struct {
 func freshFetch(t *testing.T, be *postgres.Backend, now int64) claim {
 	ctx := context.Background()
 	args := fetchArgs(t, be, now)[:10]
-	explode := stmt{be.ExplodeSQLForTest(), []any{args[0], args[1], args[2], now}}
-	lock := stmt{be.LockCursorsSQLForTest(), []any{args[0], args[1], args[2], now}}
+	explode := stmt{be.ExplodeSQLForTest(), groupArgs(args, now)}
+	lock := stmt{be.LockCursorsSQLForTest(), groupArgs(args, now)}
 	explainAll(t, be, postgres.FetchGUCsForTest, explode, lock, stmt{be.FreshFetchSQLForTest(), args})
 	tx, err := be.Pool().Begin(ctx)
 	require.NoError(t, err)
@@ -238,12 +255,8 @@ func freshFetch(t *testing.T, be *postgres.Backend, now int64) claim {
 // sweep read every reopened delivery and the claim read every delayed one,
 // on every fetch).
 func TestFetchReadsOnlyClaimable(t *testing.T) {
-	be := newBackend(t)
-	c := rheo.New(be)
+	be, c := filled(t, 4000)
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
-	fill(t, c, "s", 4000)
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
 	// The generic plan the backend makes on a connection's first fetch,
 	// made while the deliveries table is empty (see planner).
 	early := planner(t, be)("rheo_fetch", postgres.FetchGUCsForTest, be.FetchSQLForTest(), fetchArgs(t, be, time.Now().UnixMicro())...)
@@ -306,16 +319,13 @@ func TestFetchReadsOnlyClaimable(t *testing.T) {
 // nothing due and claim events past the cursors; and a fetch takes that
 // path.
 func TestFreshFetchPassesDelayedRetries(t *testing.T) {
-	be := newBackend(t)
-	c := rheo.New(be)
+	be, c := filled(t, 4000)
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
-	fill(t, c, "s", 4000)
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
 	plan := planner(t, be)
-	fresh := plan("rheo_fresh", postgres.FetchGUCsForTest, be.FreshFetchSQLForTest(), fetchArgs(t, be, time.Now().UnixMicro())[:10]...)
-	lockArgs := func(now int64) []any { return append(fetchArgs(t, be, now)[:3:3], now) }
-	lock := plan("rheo_lock", postgres.FetchGUCsForTest, be.LockCursorsSQLForTest(), lockArgs(time.Now().UnixMicro())...)
+	early := time.Now().UnixMicro()
+	fresh := plan("rheo_fresh", postgres.FetchGUCsForTest, be.FreshFetchSQLForTest(), fetchArgs(t, be, early)[:10]...)
+	lockArgs := func(now int64) []any { return groupArgs(fetchArgs(t, be, now), now) }
+	lock := plan("rheo_lock", postgres.FetchGUCsForTest, be.LockCursorsSQLForTest(), lockArgs(early)...)
 	for n := 0; n < 2000; {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1000})
 		require.NoError(t, err)

@@ -153,9 +153,7 @@ func TestMigratePrintScriptMigrates(t *testing.T) {
 // `rheo:` line naming the fix, exit 1, and no store created.
 func TestMisconfiguredStoreNamesTheFix(t *testing.T) {
 	t.Parallel()
-	// Generous: CREATE INDEX CONCURRENTLY waits for every transaction of
-	// the database that began before it, other clients' too.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dsn, conn := testPostgres(ctx, t)
 	defer conn.Close(ctx)
