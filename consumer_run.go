@@ -492,15 +492,15 @@ func (r *run) failed(req *settleReq, err error, stopped bool) {
 	case IsRelease(err) && !isReject(err) && !errors.As(err, &retry):
 		// Reject and RetryAfter say the handler worked on the event:
 		// either wins over a Release in the same chain.
-		req.kind, req.reason = SettleRelease, err.Error()
+		req.kind, req.reason = SettleRelease, storedReason(err.Error())
 	case stopped:
 		req.kind, req.reason = SettleNack, ErrConsumerStopped.Error()
 	case isReject(err):
-		req.kind, req.reason = SettleReject, err.Error()
+		req.kind, req.reason = SettleReject, storedReason(err.Error())
 	case errors.As(err, &retry):
-		req.kind, req.reason, req.delay = SettleNack, err.Error(), retry.delay
+		req.kind, req.reason, req.delay = SettleNack, storedReason(err.Error()), retry.delay
 	default:
-		req.kind, req.reason, req.delay = SettleNack, err.Error(), max(r.cfg.Backoff(req.lease.Attempt), 0)
+		req.kind, req.reason, req.delay = SettleNack, storedReason(err.Error()), max(r.cfg.Backoff(req.lease.Attempt), 0)
 	}
 }
 

@@ -287,7 +287,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 			}
 			if b.kind == SettleAck {
 				r.log.WarnContext(hctx, "ack failed; nacking", attrs...)
-				next = append(next, settleReq{j: b.j, lease: b.lease, kind: SettleNack, reason: "ack failed: " + err.Error()})
+				next = append(next, settleReq{j: b.j, lease: b.lease, kind: SettleNack, reason: storedReason("ack failed: " + err.Error())})
 				continue
 			}
 			r.log.WarnContext(hctx, "settle failed; leaving the lease to expire", attrs...)

@@ -17,7 +17,9 @@ import (
 //   - a panic is recovered, logged with its stack and nacked like an error,
 //     with reason "panic: <value>".
 //
-// The reason stored with a nack or a reject is the returned error's message.
+// The reason stored with a nack or a reject is the returned error's message,
+// with U+FFFD in place of any byte that is not UTF-8 and of any NUL (which
+// Client.Nack and Client.Reject refuse): every error settles its lease.
 // Delivery is at least once: a handler must be idempotent on Event.ID.
 //
 // ctx is cancelled when the consumer stops after its shutdown budget (cause

@@ -2,7 +2,9 @@ package rheo
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rheo-go/rheo/internal/id"
 )
@@ -144,6 +146,29 @@ const (
 	fallbackPoll = 100 * time.Millisecond
 )
 
+// checkReason refuses a nack's or reject's reason that not every store
+// can keep verbatim: one that is not UTF-8 or holds a NUL byte.
+func checkReason(op, reason string) error {
+	if !utf8.ValidString(reason) {
+		return Errorf(ErrInvalidArgument, "%s reason %q is not valid UTF-8; pass text (strings.ToValidUTF8 replaces the bad bytes)", op, reason)
+	}
+	if strings.IndexByte(reason, 0) >= 0 {
+		return Errorf(ErrInvalidArgument, "%s reason %q contains a NUL byte; remove it", op, reason)
+	}
+	return nil
+}
+
+// storedReason is the reason the consumer runtime stores for a handler's
+// error message: the message with every byte that checkReason refuses (a
+// byte that is not UTF-8, a NUL) replaced by U+FFFD, so that any error a
+// handler returns settles its lease, the same way on every store.
+func storedReason(msg string) string {
+	if utf8.ValidString(msg) && strings.IndexByte(msg, 0) < 0 {
+		return msg
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 func checkStreamGroup(stream, group string) error {
 	if err := checkName("stream", stream); err != nil {
 		return err
@@ -226,11 +251,17 @@ func (c *Client) Nack(ctx context.Context, l Lease, reason string, opts ...NackO
 	if o.delay < 0 {
 		return Errorf(ErrInvalidArgument, "nack delay %v is negative", o.delay)
 	}
+	if err := checkReason("nack", reason); err != nil {
+		return err
+	}
 	return c.settleOne(ctx, SettleRequest{Kind: SettleNack, Lease: l, Reason: reason, AvailableAt: c.now().Add(o.delay)})
 }
 
 // Reject dead-letters the delivery for this group only, storing reason.
 func (c *Client) Reject(ctx context.Context, l Lease, reason string) error {
+	if err := checkReason("reject", reason); err != nil {
+		return err
+	}
 	return c.settleOne(ctx, SettleRequest{Kind: SettleReject, Lease: l, Reason: reason})
 }
 

@@ -357,6 +357,18 @@ func runBadInput(t *testing.T, f Factory) {
 		{name: "nack_negative_delay", want: rheo.ErrInvalidArgument, do: func(w *world) error {
 			return w.c.Nack(w.ctx, w.held, "x", rheo.Delay(-time.Second))
 		}},
+		{name: "nack_reason_invalid_utf8", want: rheo.ErrInvalidArgument, do: func(w *world) error {
+			return w.c.Nack(w.ctx, w.held, "bad \xff byte")
+		}},
+		{name: "nack_reason_with_nul", want: rheo.ErrInvalidArgument, do: func(w *world) error {
+			return w.c.Nack(w.ctx, w.held, "nul \x00 byte")
+		}},
+		{name: "reject_reason_invalid_utf8", want: rheo.ErrInvalidArgument, do: func(w *world) error {
+			return w.c.Reject(w.ctx, w.held, "bad \xc3 byte")
+		}},
+		{name: "reject_reason_with_nul", want: rheo.ErrInvalidArgument, do: func(w *world) error {
+			return w.c.Reject(w.ctx, w.held, "\x00")
+		}},
 		{name: "lease_with_truncated_receipt", do: func(w *world) error {
 			return w.c.Ack(w.ctx, w.lease(func(l *rheo.Lease) { l.Receipt = l.Receipt[:len(l.Receipt)-1] }))
 		}, check: func(t *testing.T, w *world, err error) { requireReceiptRefused(t, w.held, err) }},

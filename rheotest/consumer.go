@@ -30,6 +30,7 @@ func runConsumer(t *testing.T, f Factory) {
 		{"nil_acks_and_lag_reaches_zero", consumerAcks},
 		{"panic_is_nacked_then_redelivered_and_acked", consumerPanic},
 		{"reject_dead_letters_with_reason", consumerReject},
+		{"error_message_that_is_not_text_is_stored_with_replacement_characters", consumerReasonNotText},
 		{"retry_after_delays_redelivery", consumerRetryAfter},
 		{"error_retries_with_backoff_delay", consumerBackoff},
 		{"invalid_config_refused", consumerInvalidConfig},
@@ -178,6 +179,36 @@ func consumerReject(t *testing.T, f Factory) {
 	e.requireNone(e.s, e.g)
 	e.requireLag(e.s, e.g, 0, 1, 1)
 	require.Empty(t, e.b.settles(rheo.SettleNack))
+}
+
+// consumerReasonNotText: a handler's error message with a byte that is not
+// UTF-8 and a NUL, which Nack and Reject refuse, still settles its lease
+// beside the others of its fetch: the reason is stored with U+FFFD in their
+// place, and every other event is acked.
+func consumerReasonNotText(t *testing.T, f Factory) {
+	e := newConsumerEnv(t, f, rheo.GroupConfig{MaxAttempts: 1})
+	evs := e.appendN(e.s, 0, 20)
+	bad, retried := evs[3].ID, evs[7].ID
+	e.start(rheo.ConsumerConfig{Concurrency: 20, Handler: func(ctx context.Context, ev rheo.Event) error {
+		switch ev.ID {
+		case bad:
+			return rheo.Reject(errors.New("bad \xff byte \x00 here"))
+		case retried:
+			return errors.New("\xc3")
+		}
+		return nil
+	}})
+	eventually(t, "every event settled", func() bool {
+		return e.rec.count(rheo.ConsumerAcked, succeeded) == 18 &&
+			e.rec.count(rheo.ConsumerRejected, succeeded) == 1 && e.rec.count(rheo.ConsumerRetried, succeeded) == 1
+	})
+	e.requireNone(e.s, e.g)
+	e.requireLag(e.s, e.g, 0, 20, 20)
+	dls := e.deadLetters(e.s, e.g)
+	require.Len(t, dls, 2)
+	reasons := map[string]string{dls[0].EventID: dls[0].Reason, dls[1].EventID: dls[1].Reason}
+	require.Equal(t, map[string]string{bad: "bad \uFFFD byte \uFFFD here", retried: "max_attempts: \uFFFD"}, reasons)
+	require.Equal(t, "bad \uFFFD byte \uFFFD here", e.rec.await(t, "reject", rheo.ConsumerRejected, succeeded).Reason)
 }
 
 func consumerRetryAfter(t *testing.T, f Factory) {

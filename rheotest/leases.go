@@ -749,10 +749,14 @@ func runRetry(t *testing.T, f Factory) {
 			e.appendN(s, 0, 2)
 			g := e.group(s, rheo.GroupConfig{MaxAttempts: 5})
 			ls := e.fetchN(s, g, 2)
-			require.NoError(t, e.c.Reject(e.ctx, ls[0], "schema: missing field \"amount\""))
+			// Any text, kept byte for byte: quotes, tabs, newlines, line
+			// separators, multi-byte characters, a leading and trailing
+			// space.
+			reason := " schema: missing field \"amount\"\t\n\u2028 \u00e9\U0001F600 "
+			require.NoError(t, e.c.Reject(e.ctx, ls[0], reason))
 			dls := e.deadLetters(s, g)
 			require.Len(t, dls, 1)
-			require.Equal(t, "schema: missing field \"amount\"", dls[0].Reason)
+			require.Equal(t, reason, dls[0].Reason)
 			require.Equal(t, 1, dls[0].Attempts)
 			e.ack(ls[1])
 			e.requireNone(s, g)
