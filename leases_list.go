@@ -8,7 +8,9 @@ import "context"
 type LeaseLister interface {
 	// Leases returns up to limit deliveries of the group that are leased,
 	// expired leases nobody reclaimed included, ordered by (partition,
-	// sequence); with eventIDs, only those events' deliveries. Each Lease
+	// sequence). eventIDs filters: nil lists every lease; a non-nil slice
+	// lists only those events' deliveries, each once however often its ID
+	// comes (an empty one lists none). Each Lease
 	// carries ConsumerID, Attempt, LeasedAt, ExpiresAt and its Event's ID,
 	// Partition and Sequence (other Event fields may be empty).
 	Leases(ctx context.Context, stream, group string, eventIDs []string, limit int) ([]Lease, error)
@@ -18,14 +20,17 @@ type LeaseLister interface {
 type LeaseListOptions struct {
 	// Limit defaults to 100; at most 10,000.
 	Limit int
-	// EventIDs restricts the list to these events' deliveries.
+	// EventIDs, when not nil, restricts the list to these events'
+	// deliveries, each listed once however often its ID comes; an empty
+	// non-nil slice lists none.
 	EventIDs []string
 }
 
 // Leases lists the group's current leases by (partition, sequence), expired
 // ones nobody reclaimed included. The leases are for looking at: their ID
 // and Receipt are blank, so that a listing can never settle a delivery.
-// ErrUnsupported when the backend cannot list leases.
+// With opts.EventIDs not nil, only those events' leases, each once (see
+// LeaseListOptions). ErrUnsupported when the backend cannot list leases.
 func (c *Client) Leases(ctx context.Context, stream, group string, opts LeaseListOptions) ([]Lease, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -49,7 +54,18 @@ func (c *Client) Leases(ctx context.Context, stream, group string, opts LeaseLis
 	if !ok {
 		return nil, Errorf(ErrUnsupported, "this backend cannot list leases")
 	}
-	ls, err := ll.Leases(ctx, stream, group, opts.EventIDs, limit)
+	ids := opts.EventIDs
+	if len(ids) > 1 {
+		seen := make(map[string]bool, len(ids))
+		ids = make([]string, 0, len(ids))
+		for _, e := range opts.EventIDs {
+			if !seen[e] {
+				seen[e] = true
+				ids = append(ids, e)
+			}
+		}
+	}
+	ls, err := ll.Leases(ctx, stream, group, ids, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,47 @@ func runListLeases(t *testing.T, f Factory) {
 			require.Len(t, got, 1)
 			require.Equal(t, ls[1].Event.ID, got[0].Event.ID)
 		}},
+		{"event_ids_are_a_filter", func(t *testing.T, f Factory) {
+			// An ID that comes twice lists its lease once, and an empty,
+			// non-nil list lists none (nil lists every lease): through the
+			// client and from the backend itself.
+			e := newEnv(t, f)
+			s := e.stream(2)
+			evs := append(e.appendN(s, 0, 2), e.appendN(s, 1, 2)...)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetch(s, g, rheo.FetchOptions{Limit: 4, ConsumerID: "w1"})
+			require.Len(t, ls, 4)
+			ll, ok := e.c.Backend().(rheo.LeaseLister)
+			if !ok {
+				t.Skip("backend does not list leases")
+			}
+			ids := []string{evs[2].ID, evs[2].ID, "no-such-event", evs[0].ID, evs[2].ID, evs[0].ID}
+			check := func(how string, got []rheo.Lease, err error, want ...string) {
+				t.Helper()
+				require.NoError(t, err, how)
+				var gotIDs []string
+				for _, l := range got {
+					gotIDs = append(gotIDs, l.Event.ID)
+				}
+				require.Equal(t, want, gotIDs, how)
+			}
+			got, err := e.c.Leases(e.ctx, s, g, rheo.LeaseListOptions{EventIDs: ids})
+			check("client, repeated IDs", got, err, evs[0].ID, evs[2].ID)
+			got, err = ll.Leases(e.ctx, s, g, ids, 10)
+			check("backend, repeated IDs", got, err, evs[0].ID, evs[2].ID)
+			got, err = ll.Leases(e.ctx, s, g, ids, 1)
+			check("backend, repeated IDs, limit 1", got, err, evs[0].ID)
+			got, err = e.c.Leases(e.ctx, s, g, rheo.LeaseListOptions{EventIDs: []string{}})
+			check("client, empty IDs", got, err)
+			got, err = ll.Leases(e.ctx, s, g, []string{}, 10)
+			check("backend, empty IDs", got, err)
+			got, err = ll.Leases(e.ctx, s, g, nil, 10)
+			check("backend, nil IDs", got, err, evs[0].ID, evs[1].ID, evs[2].ID, evs[3].ID)
+			_, err = e.c.Leases(e.ctx, Name("nope"), g, rheo.LeaseListOptions{EventIDs: []string{}})
+			require.ErrorIs(t, err, rheo.ErrStreamNotFound, "an empty list still names a stream")
+			_, err = e.c.Leases(e.ctx, s, Name("nope"), rheo.LeaseListOptions{EventIDs: []string{}})
+			require.ErrorIs(t, err, rheo.ErrGroupNotFound, "an empty list still names a group")
+		}},
 		{"unknown_stream_or_group", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

@@ -27,7 +27,14 @@ func (b *Backend) Leases(_ context.Context, stream, group string, eventIDs []str
 	}
 	var out []rheo.Lease
 	if eventIDs != nil {
+		// A filter, not a list of lookups: an ID that comes twice lists its
+		// lease once.
+		seen := make(map[string]bool, len(eventIDs))
 		for _, id := range eventIDs {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
 			at, ok := s.lookup(id)
 			if !ok {
 				continue

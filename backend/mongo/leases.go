@@ -19,8 +19,8 @@ func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []s
 	if err != nil {
 		return nil, err
 	}
-	if len(eventIDs) == 0 {
-		want = nil // every lease
+	if eventIDs == nil {
+		want = nil // every lease; an empty, non-nil eventIDs lists none
 	}
 	out := []rheo.Lease{}
 	for p := 0; p < s.Partitions && len(out) < limit; p++ {

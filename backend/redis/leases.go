@@ -17,7 +17,12 @@ var _ rheo.LeaseLister = (*Backend)(nil)
 func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []string, limit int) ([]rheo.Lease, error) {
 	base := b.streamBase(stream)
 	args := make([]any, 0, 4+len(eventIDs))
-	args = append(args, groupBase(base, group), group, limit, len(eventIDs))
+	// nil lists every lease (-1); an empty, non-nil list lists none.
+	m := len(eventIDs)
+	if eventIDs == nil {
+		m = -1
+	}
+	args = append(args, groupBase(base, group), group, limit, m)
 	for _, id := range eventIDs {
 		args = append(args, id)
 	}

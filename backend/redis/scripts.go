@@ -919,7 +919,8 @@ return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
 `)
 
 // leases: ARGV[4] limit, ARGV[5] number of event IDs m, then m event IDs
-// (none: every lease of the group). Returns rows of (partition, seq, lease
+// (m = -1: every lease of the group; m = 0: none). An ID that comes twice
+// lists its lease once. Returns rows of (partition, seq, lease
 // value (see fetch), expiry (µs), claim record from c:<p> or empty, entry
 // fields) ordered by (partition, seq), at most limit of them.
 var leasesScript = goredis.NewScript(common + groupCommon + `
@@ -928,7 +929,7 @@ local limit = tonumber(ARGV[4])
 local m = tonumber(ARGV[5])
 local picks = {} -- {p, seq, value}
 local function leased(v) return v and string.sub(v, 1, 1) ~= ':' end
-if m == 0 then
+if m < 0 then
   local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
   for p = 0, n - 1 do
     local kv = redis.call('HGETALL', gb .. 'l:' .. p)

@@ -47,7 +47,14 @@ func (s *Store) Leases(ctx context.Context, stream, group string, eventIDs []str
 		}
 		return out, nil
 	}
+	// A filter, not a list of lookups: an ID that comes twice lists its
+	// lease once (and an empty, non-nil list lists none).
+	seen := make(map[string]bool, len(eventIDs))
 	for _, id := range eventIDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		rows, err := x.query(ctx, cols+" JOIN rheo_events e ON e.stream_id = ? AND e.id = ?"+
 			" WHERE d.grp_id = ? AND d.part = e.part AND d.seq = e.seq AND d.status = 1 UNION ALL "+spanCols+
 			" JOIN rheo_events e ON e.stream_id = ? AND e.id = ?"+
