@@ -3,6 +3,7 @@ package rheo
 import (
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -146,6 +147,7 @@ func New(b Backend, opts ...Option) *Client {
 	if o.leaseDuration <= 0 {
 		o.leaseDuration = DefaultLeaseDuration
 	}
+	o.leaseDuration = normDuration(o.leaseDuration)
 	if o.maxAttempts <= 0 {
 		o.maxAttempts = DefaultMaxAttempts
 	}
@@ -240,6 +242,17 @@ func (c *Client) check() error {
 func (c *Client) now() time.Time { return normTime(c.opts.clock.Now()) }
 
 func normTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// normDuration rounds a lease duration or a delay up to whole microseconds,
+// the precision of every store's times, so that every store computes the
+// same expiry or due time from it, and a lease lasts (a retry waits) at
+// least as long as asked.
+func normDuration(d time.Duration) time.Duration {
+	if r := d % time.Microsecond; r > 0 && d <= math.MaxInt64-time.Microsecond {
+		return d - r + time.Microsecond
+	}
+	return d.Truncate(time.Microsecond)
+}
 
 // partitionCount returns the stream's partition count (ErrStreamNotFound).
 func (c *Client) partitionCount(ctx context.Context, stream string) (int, error) {

@@ -185,7 +185,7 @@ func (r *run) flush(batch []settleReq) []settleReq {
 	for i, b := range batch {
 		reqs[i] = SettleRequest{Kind: b.kind, Lease: *b.lease, Reason: b.reason}
 		if b.kind == SettleNack {
-			reqs[i].AvailableAt = now.Add(b.delay)
+			reqs[i].AvailableAt = now.Add(normDuration(b.delay))
 		}
 	}
 	errs := make([]error, len(batch))

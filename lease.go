@@ -82,6 +82,7 @@ func (c *Client) Fetch(ctx context.Context, stream, group string, opts FetchOpti
 	if opts.Wait < 0 {
 		return nil, Errorf(ErrInvalidArgument, "fetch wait %v is negative", opts.Wait)
 	}
+	opts.LeaseDuration = normDuration(opts.LeaseDuration)
 	if opts.LeaseDuration == 0 {
 		opts.LeaseDuration = c.opts.leaseDuration
 	}
@@ -228,7 +229,7 @@ func (c *Client) Renew(ctx context.Context, l Lease, d time.Duration) (_ Lease, 
 		return l, err
 	}
 	now := c.now()
-	exp := now.Add(d)
+	exp := now.Add(normDuration(d))
 	if err := c.b.Renew(ctx, l, exp, now); err != nil {
 		return l, err
 	}
@@ -254,7 +255,7 @@ func (c *Client) Nack(ctx context.Context, l Lease, reason string, opts ...NackO
 	if err := checkReason("nack", reason); err != nil {
 		return err
 	}
-	return c.settleOne(ctx, SettleRequest{Kind: SettleNack, Lease: l, Reason: reason, AvailableAt: c.now().Add(o.delay)})
+	return c.settleOne(ctx, SettleRequest{Kind: SettleNack, Lease: l, Reason: reason, AvailableAt: c.now().Add(normDuration(o.delay))})
 }
 
 // Reject dead-letters the delivery for this group only, storing reason.

@@ -2,6 +2,7 @@ package rheotest
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -528,6 +529,40 @@ func runSettle(t *testing.T, f Factory) {
 			ls := e.fetchN(s, g, 1)
 			require.Equal(t, 2, ls[0].Attempt)
 			require.ErrorIs(t, e.c.Ack(e.ctx, r), rheo.ErrStaleLease)
+		}},
+		{"durations_round_up_to_whole_microseconds", func(t *testing.T, f Factory) {
+			// Times are kept to the microsecond: a lease duration or a delay
+			// that is not a whole number of them is rounded up, so that the
+			// lease lasts and the retry waits at least as asked, and every
+			// store agrees on the instant.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{MaxAttempts: 10})
+			now := e.clk.Now()
+			us := time.Microsecond
+			l := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: 1500 * time.Nanosecond})[0]
+			require.True(t, l.ExpiresAt.Equal(now.Add(2*us)), "expires at %v", l.ExpiresAt)
+			e.clk.Set(now.Add(us))
+			r, err := e.c.Renew(e.ctx, l, time.Nanosecond)
+			require.NoError(t, err)
+			require.True(t, r.ExpiresAt.Equal(now.Add(2*us)), "renewed to %v", r.ExpiresAt)
+			e.clk.Set(now.Add(2 * us))
+			again := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: 999 * time.Nanosecond})[0]
+			require.Equal(t, l.Event.ID, again.Event.ID)
+			require.Equal(t, 2, again.Attempt)
+			require.True(t, again.ExpiresAt.Equal(now.Add(3*us)), "expires at %v", again.ExpiresAt)
+			require.NoError(t, e.c.Nack(e.ctx, again, "later", rheo.Delay(1500*time.Nanosecond)))
+			e.clk.Set(now.Add(3 * us))
+			next := e.fetch(s, g, rheo.FetchOptions{Limit: 1, LeaseDuration: math.MaxInt64})
+			require.Len(t, next, 1)
+			require.NotEqual(t, l.Event.ID, next[0].Event.ID, "the nack is not due before 2 µs")
+			require.True(t, next[0].ExpiresAt.Equal(now.Add(3*us).Add(time.Duration(math.MaxInt64).Truncate(us))),
+				"the longest lease expires at %v", next[0].ExpiresAt)
+			e.clk.Set(now.Add(4 * us))
+			ls := e.fetchN(s, g, 1)
+			require.Equal(t, l.Event.ID, ls[0].Event.ID)
+			require.Equal(t, 3, ls[0].Attempt)
 		}},
 		{"renew_zero_uses_default_lease_duration", func(t *testing.T, f Factory) {
 			e := newEnv(t, f, rheo.WithLeaseDuration(9*time.Second))
