@@ -24,7 +24,11 @@ type Query struct {
 	Metadata map[string]string
 	// Payload matches payload fields by JSON equality; a dotted path
 	// ("customer.country") reaches into nested objects. Values are strings,
-	// numbers, booleans or nil (JSON null).
+	// numbers, booleans or nil (JSON null). Numbers compare as decimals: a
+	// filter's number stands for the decimal it prints as (an integer's
+	// digits, a float64's shortest form), and equals a stored number of the
+	// same value however it is spelt (2, 2.0, 20e-1), but not one that
+	// differs beyond a float64's precision (1.0000000000000001 is not 1).
 	//
 	// Metadata and Payload filters read the events that the other
 	// conditions leave (no store indexes payloads by default); on

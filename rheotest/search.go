@@ -116,6 +116,39 @@ func runQuery(t *testing.T, f Factory) {
 			require.Empty(t, q(t, e, rheo.Query{Stream: s, Payload: map[string]any{"price": "2"}}), "a string never equals a number")
 			require.Empty(t, q(t, e, rheo.Query{Stream: s, Payload: map[string]any{"live": "true"}}))
 		}},
+		{"payload_numbers_compare_as_decimals", func(t *testing.T, f Factory) {
+			// A filter's number is the decimal it prints as (an int64's
+			// digits, a float64's shortest form); a stored number equals it
+			// when their decimal values are equal, whatever their spelling.
+			// Digits beyond a float64's precision count.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			stored := []string{`1`, `1.0`, `1e0`, `10E-1`, `1.0000000000000001`, `0.1`, `0.1000000000000000001`,
+				`1e-400`, `0`, `-0`, `0.0e5`, `100`, `100.000000000000000001`, `1e400`, `5e-324`,
+				`4.9406564584124654e-324`, `0.30000000000000004`, `"1"`, `[1]`, `{"b":1}`}
+			evs := make([]rheo.Event, len(stored))
+			for i, v := range stored {
+				ev, err := e.c.Append(e.ctx, s, rheo.Message{Payload: json.RawMessage(`{"a":` + v + `}`)})
+				require.NoError(t, err)
+				evs[i] = ev
+			}
+			for _, c := range []struct {
+				want any
+				idx  []int
+			}{
+				{1, []int{0, 1, 2, 3}},
+				{1.0, []int{0, 1, 2, 3}},
+				{json.Number("1.00"), []int{0, 1, 2, 3}},
+				{0.1, []int{5}},
+				{0, []int{8, 9, 10}},
+				{100, []int{11}},
+				{5e-324, []int{14}},
+				{0.30000000000000004, []int{16}},
+				{0.3, []int{}},
+			} {
+				require.Equal(t, pick(evs, c.idx...), q(t, e, rheo.Query{Stream: s, Payload: map[string]any{"a": c.want}}), "a = %v", c.want)
+			}
+		}},
 		{"time_window_is_inclusive", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s, evs := market(t, e)

@@ -1,12 +1,14 @@
 package sqlite
 
 import (
+	"database/sql/driver"
 	"errors"
 	"strings"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/rheo-go/rheo/internal/match"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
@@ -80,9 +82,31 @@ func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) 
 	case string:
 		b.S("(")
 		typ().S(" = 'text' AND json_extract(" + col + ", ").Arg(p).S(") = ").Arg(x).S(")")
-	default: // int64 or float64: SQLite compares 2 and 2.0 as equal
+	default: // int64 or float64
+		// json_extract reads a number as a float64, which narrows the
+		// events to those equal as float64 (2 and 2.0 are); the text of
+		// the number as appended (->) is then compared as a decimal, so
+		// that 1.0000000000000001 does not equal 1, as on every store.
+		w, _ := match.NumberText(x)
 		b.S("(")
-		typ().S(" IN ('integer', 'real') AND json_extract(" + col + ", ").Arg(p).S(") = ").Arg(x).S(")")
+		typ().S(" IN ('integer', 'real') AND json_extract(" + col + ", ").Arg(p).S(") = ").Arg(x).
+			S(" AND rheo_number_eq(" + col + " -> ").Arg(p).S(", ").Arg(w).S("))")
+	}
+}
+
+// rheo_number_eq(a, b) is 1 when the JSON numbers a and b (text) stand for
+// the same decimal value (match.NumberEqual), for payload filters.
+func init() {
+	err := sqlite.RegisterDeterministicScalarFunction("rheo_number_eq", 2, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		a, okA := args[0].(string)
+		b, okB := args[1].(string)
+		if okA && okB && match.NumberEqual(a, b) {
+			return int64(1), nil
+		}
+		return int64(0), nil
+	})
+	if err != nil {
+		panic("sqlite: registering rheo_number_eq: " + err.Error())
 	}
 }
 

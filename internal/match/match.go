@@ -6,7 +6,8 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"math"
+	"math/big"
+	"strconv"
 	"strings"
 
 	"github.com/rheo-go/rheo"
@@ -97,15 +98,38 @@ func jsonEqual(got, want any) bool {
 	if !isNum {
 		return got == want
 	}
-	if i, err := n.Int64(); err == nil {
-		return want == any(i)
+	w, ok := NumberText(want)
+	return ok && NumberEqual(string(n), w)
+}
+
+// NumberText is the decimal a numeric filter value stands for: an int64's
+// digits, or a float64's shortest representation (as encoding/json writes
+// it); ok is false for a value that is not a number.
+func NumberText(v any) (string, bool) {
+	switch x := v.(type) {
+	case int64:
+		return strconv.FormatInt(x, 10), true
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), true
 	}
-	f, err := n.Float64()
-	if err != nil {
+	return "", false
+}
+
+// NumberEqual reports whether two JSON numbers stand for the same decimal
+// value: 2, 2.0, 2e0 and 20e-1 are equal, 1.0000000000000001 and 1 are
+// not (as PostgreSQL's jsonb compares them). Numbers that differ as
+// float64 differ as decimals, so only those that agree as float64 are
+// compared exactly.
+func NumberEqual(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, errA := strconv.ParseFloat(a, 64)
+	fb, errB := strconv.ParseFloat(b, 64)
+	if errA == nil && errB == nil && fa != fb {
 		return false
 	}
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-		return want == any(int64(f))
-	}
-	return want == any(f)
+	ra, okA := new(big.Rat).SetString(a)
+	rb, okB := new(big.Rat).SetString(b)
+	return okA && okB && ra.Cmp(rb) == 0
 }
