@@ -152,7 +152,12 @@ func (e *env) rheoClient(ctx context.Context, store string) (*rheo.Client, func(
 		return c, func() { c.Close(); drop() }, nil
 	case "redis":
 		p, del := e.prefix("rheo")
-		c := rheo.New(rheoredis.New(e.rdb, rheoredis.WithKeyPrefix(p)))
+		b, err := rheoredis.New(e.rdb, rheoredis.WithKeyPrefix(p))
+		if err != nil {
+			del()
+			return nil, nil, err
+		}
+		c := rheo.New(b)
 		return c, func() { c.Close(); del() }, nil
 	case "sqlite", "sqlite-full":
 		path, rm := e.file("rheo")

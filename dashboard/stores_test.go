@@ -91,7 +91,8 @@ func newBackend(t testing.TB, kind string) rheo.Backend {
 			unreachable(t, "Redis at RHEO_TEST_REDIS ("+url+")", err)
 		}
 		prefix := "rheodash:" + randomSuffix() + ":"
-		b := redis.New(c, redis.WithKeyPrefix(prefix))
+		b, err := redis.New(c, redis.WithKeyPrefix(prefix))
+		require.NoError(t, err)
 		require.NoError(t, b.Migrate(ctx))
 		t.Cleanup(func() {
 			_ = b.Close()

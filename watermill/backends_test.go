@@ -155,7 +155,9 @@ func newBackend(t testing.TB, store string) rheo.Backend {
 	case "redis":
 		c := testRedis(t)
 		prefix := "rheowm:" + randHex(6) + ":"
-		b = redis.New(c, redis.WithKeyPrefix(prefix))
+		rb, err := redis.New(c, redis.WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		b = rb
 		t.Cleanup(func() {
 			_ = b.Close()
 			dropRedisKeys(t, c, prefix)

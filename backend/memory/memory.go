@@ -8,7 +8,8 @@
 //	import _ "github.com/rheo-go/rheo/backend/memory"
 //	client, err := rheo.Open(ctx, "memory:")
 //
-// Each Open("memory:") returns a new, empty store.
+// Each Open("memory:") returns a new, empty store. The DSN is exactly
+// "memory:": a path or parameters after it are refused.
 //
 // Costs: Fetch, settle and Lag are O(limit + log n) in the group's in-flight
 // window, never in the stream's length. Acked deliveries at or below the
@@ -28,7 +29,17 @@ import (
 )
 
 func init() {
-	rheo.Register("memory", func(context.Context, string) (rheo.Backend, error) { return New(), nil })
+	rheo.Register("memory", openDSN)
+}
+
+// openDSN opens the DSN "memory:", which takes no path and no parameters:
+// anything after the colon is refused rather than ignored.
+func openDSN(_ context.Context, dsn string) (rheo.Backend, error) {
+	if dsn != "memory:" {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument,
+			"DSN %q: the memory store takes no path or parameters; use \"memory:\" (each Open gives a new, empty store)", dsn)
+	}
+	return New(), nil
 }
 
 // Backend is the in-memory store. The zero value is not usable; call New.

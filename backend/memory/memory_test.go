@@ -40,6 +40,16 @@ func TestOpenRegistersMemoryScheme(t *testing.T) {
 	require.Empty(t, streams, "each Open is a new, empty store")
 }
 
+// The memory DSN takes no path and no parameters: anything after "memory:"
+// is refused, not ignored.
+func TestOpenRefusesAMemoryDSNWithMore(t *testing.T) {
+	for _, dsn := range []string{"memory:foo", "memory:?x=1", "memory://", "memory:?"} {
+		_, err := rheo.Open(context.Background(), dsn)
+		require.ErrorIs(t, err, rheo.ErrInvalidArgument, dsn)
+		require.ErrorContains(t, err, fmt.Sprintf(`DSN %q: the memory store takes no path or parameters; use "memory:"`, dsn))
+	}
+}
+
 func TestClosedBackendIsUnavailable(t *testing.T) {
 	b := memory.New()
 	require.NoError(t, b.Close())

@@ -83,13 +83,7 @@ func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) 
 }
 
 // Misconfigured names the fix for the server errors no retry can cure.
-func (dialect) Misconfigured(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return misconfiguredHints[pe.Code]
-	}
-	return ""
-}
+func (dialect) Misconfigured(err error) string { return misconfigured(err) }
 
 func (dialect) IsUniqueViolation(err error) bool {
 	var pe *pgconn.PgError

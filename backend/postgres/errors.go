@@ -28,6 +28,31 @@ var misconfiguredHints = map[string]string{
 	"42501": "permission denied: grant the role access to the schema, or use another role",
 }
 
+// connectHints are the SQLSTATEs a server answers a connection with when
+// the DSN passed it a setting (a parameter pgx does not know goes to the
+// server as a run-time setting) it refuses, with what to fix.
+var connectHints = map[string]string{
+	"42704": "a DSN parameter is not a PostgreSQL setting: fix its name or remove it (rheo's own parameter is rheo_schema)",
+	"22023": "a DSN parameter has a value PostgreSQL refuses: fix the value or remove the parameter",
+}
+
+// misconfigured names the fix for a server error no retry can cure, or
+// returns "".
+func misconfigured(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	if hint := misconfiguredHints[pe.Code]; hint != "" {
+		return hint
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return connectHints[pe.Code]
+	}
+	return ""
+}
+
 // classify maps a pgx/pgconn error onto rheo's vocabulary. write says the
 // statement may change state: when such a statement was (or may have been)
 // sent and the outcome was not heard — a timeout, a cancelled context, a
@@ -56,8 +81,8 @@ func classify(err error, write bool, format string, args ...any) error {
 			// Untranslatable characters (a \u0000 in a payload), bad
 			// encoding, rows too large for an index: the input is at fault.
 			return rheo.Wrap(rheo.ErrInvalidArgument, err, "%s", msg)
-		case misconfiguredHints[pe.Code] != "":
-			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s", msg, misconfiguredHints[pe.Code])
+		case misconfigured(err) != "":
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s", msg, misconfigured(err))
 		case strings.HasPrefix(pe.Code, "08") && write:
 			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s", msg)
 		}

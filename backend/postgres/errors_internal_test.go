@@ -61,6 +61,10 @@ func TestSplitSchema(t *testing.T) {
 	dsn, schema, _ = splitSchema("postgres://u@h/db")
 	require.Equal(t, "postgres://u@h/db", dsn)
 	require.Empty(t, schema)
+	dsn, schema, err = splitSchema("postgres://u@h/db?application_name=a%20b&rheo_schema=my%5Fschema&search_path=x")
+	require.NoError(t, err)
+	require.Equal(t, "postgres://u@h/db?application_name=a%20b&search_path=x", dsn, "other parameters go to pgx as they were")
+	require.Equal(t, "my_schema", schema, "decoded")
 }
 
 func TestRebindQualifiesTables(t *testing.T) {

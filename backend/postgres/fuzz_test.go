@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -12,34 +13,51 @@ import (
 
 // FuzzSplitSchema checks the DSN's rheo_schema parameter is taken out,
 // whatever surrounds it: the rest of the DSN reaches PostgreSQL unchanged
-// and in order, the last rheo_schema wins, and none is left behind.
+// and in order, the schema is the parameter's decoded value, and a DSN
+// with rheo_schema twice, an empty or undecodable one, or another
+// parameter starting with "rheo" is refused.
 func FuzzSplitSchema(f *testing.F) {
 	for _, s := range []string{"postgres://h/db", "postgres://h/db?rheo_schema=s1", "postgres://h/db?sslmode=disable&rheo_schema=a&x=1",
-		"postgres://h/db?rheo_schema=a&rheo_schema=b", "postgres://h/db?&&rheo_schema=", "host=h dbname=d", "?", "postgres://h?rheo_schema=a?b"} {
+		"postgres://h/db?rheo_schema=a&rheo_schema=b", "postgres://h/db?&&rheo_schema=", "host=h dbname=d", "?", "postgres://h?rheo_schema=a?b",
+		"postgres://h/db?rheo_schema=my%5Fschema", "postgres://h/db?RHEO_SCHEMA=s", "postgres://h/db?rheo_schem=s", "postgres://h/db?rheo%5Fschema=s"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, dsn string) {
 		out, schema, err := splitSchema(dsn)
+		base, query, hasQuery := strings.Cut(dsn, "?")
+		var want []string
+		last, n, refuse := "", 0, false
+		if hasQuery {
+			for _, kv := range strings.Split(query, "&") {
+				k, v, _ := strings.Cut(kv, "=")
+				key, kerr := url.QueryUnescape(k)
+				switch {
+				case kerr == nil && key == "rheo_schema":
+					value, verr := url.QueryUnescape(v)
+					n++
+					last = value
+					refuse = refuse || verr != nil || value == "" || n > 1
+				case kerr == nil && strings.HasPrefix(strings.ToLower(key), "rheo"):
+					refuse = true
+				case kv != "":
+					want = append(want, kv)
+				}
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, rheo.ErrInvalidArgument) {
 				t.Fatalf("splitSchema(%q): %v is not ErrInvalidArgument", dsn, err)
 			}
+			if !refuse {
+				t.Fatalf("splitSchema(%q) refused it: %v", dsn, err)
+			}
 			return
 		}
-		base, query, hasQuery := strings.Cut(dsn, "?")
+		if refuse {
+			t.Fatalf("splitSchema(%q) accepted it (schema %q)", dsn, schema)
+		}
 		if !strings.HasPrefix(out, base) {
 			t.Fatalf("splitSchema(%q) changed the DSN's base: %q", dsn, out)
-		}
-		var want []string
-		last := ""
-		if hasQuery {
-			for _, kv := range strings.Split(query, "&") {
-				if v, ok := strings.CutPrefix(kv, "rheo_schema="); ok {
-					last = v
-				} else if kv != "" {
-					want = append(want, kv)
-				}
-			}
 		}
 		if schema != last {
 			t.Fatalf("splitSchema(%q) schema %q, want %q", dsn, schema, last)

@@ -65,3 +65,51 @@ func TestUnmigratedSchemaIsMisconfigured(t *testing.T) {
 		u.RawQuery = q.Encode()
 	}), "run `rheo migrate")
 }
+
+// TestDSNParameterMistakesAreRefusedAtOpen: a mistake in rheo's own DSN
+// parameter is an ErrInvalidArgument from Open naming the parameter and the
+// fix, before anything connects; and the parameter is percent-decoded.
+func TestDSNParameterMistakesAreRefusedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	const base = "postgres://postgres@127.0.0.1:1/test?sslmode=disable&" // Open does not connect
+	for query, want := range map[string]string{
+		"rheo_schema=":                    "rheo_schema is empty: give it a value, or leave it out for the default",
+		"rheo_schema":                     "rheo_schema is empty",
+		"rheo_schema=a_one&rheo_schema=b": `rheo_schema is given twice ("a_one" and "b"): give it once`,
+		"rheo_schem=app":                  `unknown parameter "rheo_schem": did you mean rheo_schema?`,
+		"RHEO_SCHEMA=app":                 `unknown parameter "RHEO_SCHEMA": did you mean rheo_schema?`,
+		"rheo_schema=50%":                 "rheo_schema=50% does not decode",
+	} {
+		t.Run(query, func(t *testing.T) {
+			_, err := rheo.Open(ctx, base+query)
+			require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+			require.ErrorContains(t, err, "postgres DSN: ")
+			require.ErrorContains(t, err, want)
+			_, err = postgres.MigrationSQLForDSN(base + query)
+			require.ErrorIs(t, err, rheo.ErrInvalidArgument, "rheo migrate --print refuses it too")
+		})
+	}
+
+	b, err := postgres.Open(ctx, base+"rheo_schema=my%5Fschema&application_name=x")
+	require.NoError(t, err)
+	defer b.Close()
+	require.Equal(t, "my_schema", b.Schema(), "rheo_schema is percent-decoded")
+}
+
+// A DSN parameter that is not rheo's goes to the server as a setting; one
+// the server does not know, or whose value it refuses, fails the connection:
+// that is ErrMisconfigured naming the parameter, not an unavailable store.
+func TestUnknownServerSettingIsMisconfigured(t *testing.T) {
+	typo := changedDSN(t, func(u *url.URL) {
+		q := u.Query()
+		q.Set("schema", "app") // meant rheo_schema
+		u.RawQuery = q.Encode()
+	})
+	requireMisconfigured(t, typo, "a DSN parameter is not a PostgreSQL setting: fix its name or remove it")
+	requireMisconfigured(t, typo, `unrecognized configuration parameter "schema"`)
+	requireMisconfigured(t, changedDSN(t, func(u *url.URL) {
+		q := u.Query()
+		q.Set("statement_timeout", "soon")
+		u.RawQuery = q.Encode()
+	}), "a DSN parameter has a value PostgreSQL refuses")
+}

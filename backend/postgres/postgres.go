@@ -154,8 +154,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 
 // Open creates a pool from a postgres:// or postgresql:// DSN and returns a
 // backend that owns it (Close closes it). The DSN may carry a
-// rheo_schema=NAME parameter choosing the schema; it is removed before the
-// DSN reaches PostgreSQL. Open does not migrate.
+// rheo_schema=NAME parameter choosing the schema (given once, not empty,
+// percent-decoded); it is removed before the DSN reaches PostgreSQL. Any
+// other parameter whose name starts with "rheo" is refused as a
+// misspelling. Open does not migrate.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	dsn, schema, err := splitSchema(dsn)
 	if err != nil {
@@ -189,27 +191,24 @@ func open(ctx context.Context, dsn string) (rheo.Backend, error) {
 	return b, nil
 }
 
-// splitSchema removes the rheo_schema query parameter from dsn.
+// splitSchema removes the rheo_schema query parameter from dsn and returns
+// it decoded ("" when the DSN has none); the other parameters reach pgx as
+// they were. It refuses rheo_schema given twice or empty, and a parameter
+// that starts with "rheo" but is not rheo_schema (a misspelling pgx would
+// send to the server as a setting).
 func splitSchema(dsn string) (string, string, error) {
 	base, query, ok := strings.Cut(dsn, "?")
 	if !ok {
 		return dsn, "", nil
 	}
-	var keep []string
-	schema := ""
-	for _, kv := range strings.Split(query, "&") {
-		if v, found := strings.CutPrefix(kv, "rheo_schema="); found {
-			schema = v
-			continue
-		}
-		if kv != "" {
-			keep = append(keep, kv)
-		}
+	rest, params, err := rdsn.TakeParams(query, "rheo_schema")
+	if err != nil {
+		return "", "", rheo.Errorf(rheo.ErrInvalidArgument, "postgres DSN: %v", err)
 	}
-	if len(keep) == 0 {
-		return base, schema, nil
+	if rest == "" {
+		return base, params["rheo_schema"], nil
 	}
-	return base + "?" + strings.Join(keep, "&"), schema, nil
+	return base + "?" + rest, params["rheo_schema"], nil
 }
 
 // parseError says why dsn does not parse without showing its password.

@@ -169,7 +169,7 @@ func BenchmarkMemory(b *testing.B) {
 // subscriber of another backend (another connection) being signalled.
 func BenchmarkWakeLatency(b *testing.B) {
 	be, _ := newBackend(b)
-	other := redis.New(testClient(b), redis.WithKeyPrefix(be.KeyPrefix()))
+	other := mustNew(b, testClient(b), redis.WithKeyPrefix(be.KeyPrefix()))
 	c := rheo.New(other)
 	ctx := context.Background()
 	require.NoError(b, c.CreateStream(ctx, "wake", rheo.StreamConfig{}))

@@ -123,7 +123,7 @@ func TestConcurrentClaims(t *testing.T) {
 	errs := make(chan error, clients*perClient)
 	for ci := range clients {
 		// Each client is its own connection pool, as separate processes are.
-		b := redis.New(testClient(t), redis.WithKeyPrefix(first.KeyPrefix()))
+		b := mustNew(t, testClient(t), redis.WithKeyPrefix(first.KeyPrefix()))
 		c := rheo.New(b, rheo.WithClock(clk))
 		for w := range perClient {
 			wg.Add(1)
@@ -217,7 +217,7 @@ func TestCompactionKeepsGroupStateBounded(t *testing.T) {
 // made through another backend instance (another connection).
 func TestWakeups(t *testing.T) {
 	b, _ := newBackend(t)
-	other := redis.New(testClient(t), redis.WithKeyPrefix(b.KeyPrefix()))
+	other := mustNew(t, testClient(t), redis.WithKeyPrefix(b.KeyPrefix()))
 	c := rheo.New(other)
 	ctx := context.Background()
 	require.NoError(t, c.CreateStream(ctx, "w", rheo.StreamConfig{}))

@@ -34,7 +34,7 @@ func TestClusterConformance(t *testing.T) {
 	perPrimary := map[string]int{}
 	rheotest.RunBackend(t, func(t testing.TB) rheo.Backend {
 		prefix := uniquePrefix()
-		b := redis.New(cc, redis.WithKeyPrefix(prefix))
+		b := mustNew(t, cc, redis.WithKeyPrefix(prefix))
 		require.NoError(t, b.Migrate(context.Background()))
 		t.Cleanup(func() {
 			_ = b.Close()
@@ -72,7 +72,7 @@ func TestClusterKeysSpread(t *testing.T) {
 	ctx := context.Background()
 	prefix := uniquePrefix()
 	t.Cleanup(func() { dropClusterKeys(t, cc, prefix) })
-	c := rheo.New(redis.New(cc, redis.WithKeyPrefix(prefix)))
+	c := rheo.New(mustNew(t, cc, redis.WithKeyPrefix(prefix)))
 	require.NoError(t, c.Migrate(ctx))
 	holders := map[*testserver.ClusterNode]int{}
 	for i := range 30 {

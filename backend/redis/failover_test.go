@@ -41,7 +41,7 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 	ctx := context.Background()
 	prefix := uniquePrefix()
 	clk := clock.NewFrozen(epoch)
-	c := rheo.New(redis.New(cc, append([]redis.Option{redis.WithKeyPrefix(prefix)}, opts...)...), rheo.WithClock(clk))
+	c := rheo.New(mustNew(t, cc, append([]redis.Option{redis.WithKeyPrefix(prefix)}, opts...)...), rheo.WithClock(clk))
 	require.NoError(t, c.Migrate(ctx))
 	const stream = "failover"
 	require.NoError(t, c.CreateStream(ctx, stream, rheo.StreamConfig{Partitions: 4}))
@@ -199,7 +199,7 @@ func runFailover(t *testing.T, fault string, opts ...redis.Option) failoverResul
 	// What survived: every event of the log, and every delivery that is
 	// still open once all leases have expired. Checked without WAIT: after
 	// a kill the new primary has no replica left to wait for.
-	c = rheo.New(redis.New(cc, redis.WithKeyPrefix(prefix)), rheo.WithClock(clk))
+	c = rheo.New(mustNew(t, cc, redis.WithKeyPrefix(prefix)), rheo.WithClock(clk))
 	stored := map[string]bool{}
 	for p := range 4 {
 		var after int64

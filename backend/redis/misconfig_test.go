@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
@@ -68,4 +69,57 @@ func TestTLSAgainstPlainServerIsMisconfigured(t *testing.T) {
 		u.RawQuery = q.Encode()
 	})
 	requireMisconfigured(t, dsn, "use redis:// instead of rediss://")
+}
+
+// TestDSNParameterMistakesAreRefusedAtOpen: a mistake in one of rheo's DSN
+// parameters is an ErrInvalidArgument from Open naming the parameter and the
+// fix; Open connects to nothing, so nothing is written.
+func TestDSNParameterMistakesAreRefusedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	const base = "redis://127.0.0.1:1/0?"
+	for query, want := range map[string]string{
+		"key_prefix=":                           "key_prefix is empty: give it a value, or leave it out for the default",
+		"key_prefix=a:&key_prefix=b:":           `key_prefix is given twice ("a:" and "b:"): give it once`,
+		"query_scan_limit=5&query_scan_limit=6": `query_scan_limit is given twice`,
+		"KEY_PREFIX=app:":                       `unknown parameter "KEY_PREFIX": did you mean key_prefix?`,
+		"rheo_prefix=app:":                      `unknown parameter "rheo_prefix"`,
+		"key_prefix=app%7B1%7D:":                `key_prefix "app{1}:" must not contain '{' or '}' (they delimit hash tags): remove them, for example "app1:"`,
+		"wait_replicas=1&wait_timeout=":         "wait_timeout is empty",
+	} {
+		t.Run(query, func(t *testing.T) {
+			_, err := rheo.Open(ctx, base+query)
+			require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+			require.ErrorContains(t, err, "redis DSN: ")
+			require.ErrorContains(t, err, want)
+		})
+	}
+
+	c, err := rheo.Open(ctx, base+"key_prefix=my%3Aapp%20x:")
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, "my:app x:", c.Backend().(*redis.Backend).KeyPrefix(), "key_prefix is percent-decoded")
+}
+
+// TestNewRefusesABadKeyPrefix: as postgres.New refuses a schema that is not
+// a plain identifier, redis.New refuses a prefix it cannot use instead of
+// falling back to the default one.
+func TestNewRefusesABadKeyPrefix(t *testing.T) {
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) // never used
+	defer client.Close()
+	for prefix, want := range map[string]string{
+		"app{1}:": `redis: key prefix "app{1}:" must not contain '{' or '}'`,
+		"}":       `redis: key prefix "}" must not contain '{' or '}'`,
+		"":        `redis: key prefix is empty: give one such as "myapp:", or leave it out for the default "rheo:"`,
+	} {
+		b, err := redis.New(client, redis.WithKeyPrefix(prefix))
+		require.ErrorIs(t, err, rheo.ErrInvalidArgument, "prefix %q", prefix)
+		require.ErrorContains(t, err, want)
+		require.Nil(t, b)
+	}
+	_, err := redis.New(nil)
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+
+	b, err := redis.New(client)
+	require.NoError(t, err)
+	require.Equal(t, redis.DefaultKeyPrefix, b.KeyPrefix())
 }

@@ -31,8 +31,8 @@ func proxied(t *testing.T, clk *clock.Frozen) (*rheo.Client, *rheo.Client, *faul
 	t.Cleanup(func() { viaProxy.Close() })
 	prefix := uniquePrefix()
 	t.Cleanup(func() { dropKeys(t, direct, prefix) })
-	a := rheo.New(redis.New(viaProxy, redis.WithKeyPrefix(prefix)), rheo.WithClock(clk))
-	b := rheo.New(redis.New(direct, redis.WithKeyPrefix(prefix)), rheo.WithClock(clk))
+	a := rheo.New(mustNew(t, viaProxy, redis.WithKeyPrefix(prefix)), rheo.WithClock(clk))
+	b := rheo.New(mustNew(t, direct, redis.WithKeyPrefix(prefix)), rheo.WithClock(clk))
 	require.NoError(t, b.Migrate(context.Background()))
 	return a, b, px
 }

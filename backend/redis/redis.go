@@ -22,7 +22,8 @@
 // or borrow a client you already have (a *redis.Client, a *redis.ClusterClient
 // or any UniversalClient):
 //
-//	c := rheo.New(redis.New(client, redis.WithKeyPrefix("myapp:")))
+//	b, err := redis.New(client, redis.WithKeyPrefix("myapp:"))
+//	c := rheo.New(b)
 //
 // Durability is Redis's: without AOF (appendonly yes, appendfsync everysec
 // or always) a restart loses acknowledged appends and settles. See
@@ -65,15 +66,9 @@ type Option func(*Backend)
 
 // WithKeyPrefix sets the prefix of every key (default "rheo:"). Use distinct
 // prefixes to keep several applications, or tests, apart in one database.
-// The prefix must not contain '{' or '}' (they delimit hash tags); New
-// ignores such a prefix and keeps the default.
-func WithKeyPrefix(p string) Option {
-	return func(b *Backend) {
-		if !strings.ContainsAny(p, "{}") {
-			b.prefix = p
-		}
-	}
-}
+// The prefix must not be empty and must not contain '{' or '}' (they
+// delimit hash tags); New refuses such a prefix with rheo.ErrInvalidArgument.
+func WithKeyPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
 
 // WithQueryScanLimit bounds how many stream entries one Query call may read
 // before it fails with rheo.ErrUnsupported (default 1,000,000; 0 means no
@@ -115,20 +110,40 @@ var (
 )
 
 // New returns a backend over client. The client is borrowed: Close does not
-// close it.
-func New(client goredis.UniversalClient, opts ...Option) *Backend {
+// close it. A key prefix New cannot use (see WithKeyPrefix) is refused with
+// rheo.ErrInvalidArgument.
+func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
+	if client == nil {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis: client is nil")
+	}
 	quietDriver.Do(func() { goredis.SetLogger(slogLogger{}) })
 	b := &Backend{c: client, prefix: DefaultKeyPrefix, scanLimit: DefaultQueryScanLimit, hub: map[string]*wakeSub{}, rr: map[string]int{}}
 	for _, o := range opts {
 		o(b)
 	}
-	return b
+	if err := checkPrefix(b.prefix); err != nil {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis: key prefix %v", err)
+	}
+	return b, nil
+}
+
+// checkPrefix says what is wrong with a key prefix, or returns nil.
+func checkPrefix(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("is empty: give one such as %q, or leave it out for the default %q", "myapp:", DefaultKeyPrefix)
+	case strings.ContainsAny(p, "{}"):
+		return fmt.Errorf("%q must not contain '{' or '}' (they delimit hash tags): remove them, for example %q", p, strings.NewReplacer("{", "", "}", "").Replace(p))
+	}
+	return nil
 }
 
 // Open opens a backend from a DSN, "redis://[user:password@]host:port/db" or
 // "rediss://…" for TLS, with go-redis's URL options plus key_prefix (default
 // "rheo:"), query_scan_limit, and wait_replicas with wait_timeout (default
-// 1s; see WithWaitReplicas). The backend owns the client it creates.
+// 1s; see WithWaitReplicas). Each of these is percent-decoded and may be
+// given once, with a value; a parameter starting with "rheo" is refused as
+// a misspelling. The backend owns the client it creates.
 func Open(_ context.Context, dsn string) (rheo.Backend, error) {
 	o, opts, err := parseDSN(dsn)
 	if err != nil {
@@ -138,7 +153,10 @@ func Open(_ context.Context, dsn string) (rheo.Backend, error) {
 	if o.TLSConfig != nil {
 		lastTLS = tlsDial(o)
 	}
-	b := New(goredis.NewClient(o), opts...)
+	b, err := New(goredis.NewClient(o), opts...)
+	if err != nil {
+		return nil, err // parseDSN checked the options: not reached
+	}
 	b.lastTLS = lastTLS
 	b.owned = true
 	return b, nil
@@ -167,47 +185,45 @@ func parseDSNText(dsn string) (*goredis.Options, []Option, error) {
 	if err != nil {
 		return nil, nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN does not parse")
 	}
+	rest, params, err := rdsn.TakeParams(u.RawQuery, "key_prefix", "query_scan_limit", "wait_replicas", "wait_timeout")
+	if err != nil {
+		return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: %v", err)
+	}
 	var opts []Option
-	q := u.Query()
-	if v, ok := q["key_prefix"]; ok {
-		p := v[0]
-		if strings.ContainsAny(p, "{}") {
-			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: key_prefix %q must not contain '{' or '}'", p)
+	if p, ok := params["key_prefix"]; ok {
+		if err := checkPrefix(p); err != nil {
+			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: key_prefix %v", err)
 		}
 		opts = append(opts, WithKeyPrefix(p))
-		q.Del("key_prefix")
 	}
-	if v, ok := q["query_scan_limit"]; ok {
-		n, err := strconv.Atoi(v[0])
+	if v, ok := params["query_scan_limit"]; ok {
+		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: query_scan_limit %q is not a non-negative integer", v[0])
+			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: query_scan_limit %q is not a non-negative integer", v)
 		}
 		opts = append(opts, WithQueryScanLimit(n))
-		q.Del("query_scan_limit")
 	}
-	if v, ok := q["wait_replicas"]; ok {
-		n, err := strconv.Atoi(v[0])
+	if v, ok := params["wait_replicas"]; ok {
+		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_replicas %q is not a non-negative integer", v[0])
+			return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_replicas %q is not a non-negative integer", v)
 		}
 		timeout := time.Second
-		if t, ok := q["wait_timeout"]; ok {
-			if timeout, err = time.ParseDuration(t[0]); err != nil || timeout < 0 {
-				return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_timeout %q is not a duration such as 500ms", t[0])
+		if t, ok := params["wait_timeout"]; ok {
+			if timeout, err = time.ParseDuration(t); err != nil || timeout < 0 {
+				return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_timeout %q is not a duration such as 500ms", t)
 			}
 		}
 		opts = append(opts, WithWaitReplicas(n, timeout))
-		q.Del("wait_replicas")
-		q.Del("wait_timeout")
-	} else if _, ok := q["wait_timeout"]; ok {
+	} else if _, ok := params["wait_timeout"]; ok {
 		return nil, nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis DSN: wait_timeout needs wait_replicas")
 	}
+	u.RawQuery = rest
 	// A driver retry of a write whose reply was lost runs it twice: a settle
 	// retried that way answers "stale" for its own first ack instead of
 	// ErrAmbiguous. rheo retries what is safe itself, so the driver does
 	// not, unless the DSN asks for it.
-	_, retries := q["max_retries"]
-	u.RawQuery = q.Encode()
+	_, retries := u.Query()["max_retries"]
 	o, err := goredis.ParseURL(u.String())
 	if err != nil {
 		return nil, nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "redis DSN")

@@ -85,13 +85,21 @@ func dropKeys(t testing.TB, c goredis.UniversalClient, prefix string) {
 	}
 }
 
+// mustNew is redis.New for options the test knows New accepts.
+func mustNew(t testing.TB, c goredis.UniversalClient, opts ...redis.Option) *redis.Backend {
+	t.Helper()
+	b, err := redis.New(c, opts...)
+	require.NoError(t, err)
+	return b
+}
+
 // newBackend returns a migrated backend over a fresh key prefix whose keys
 // are deleted when the test ends.
 func newBackend(t testing.TB, opts ...redis.Option) (*redis.Backend, goredis.UniversalClient) {
 	t.Helper()
 	c := testClient(t)
 	prefix := uniquePrefix()
-	b := redis.New(c, append([]redis.Option{redis.WithKeyPrefix(prefix)}, opts...)...)
+	b := mustNew(t, c, append([]redis.Option{redis.WithKeyPrefix(prefix)}, opts...)...)
 	require.NoError(t, b.Migrate(context.Background()))
 	t.Cleanup(func() {
 		_ = b.Close()

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -39,4 +40,39 @@ func TestUnmigratedStoreIsMisconfigured(t *testing.T) {
 
 	require.NoError(t, c.Migrate(ctx))
 	require.NoError(t, c.Ping(ctx), "a migrated store pings")
+}
+
+// TestDSNParameterMistakesAreRefused: a mistake in a DSN parameter is an
+// ErrInvalidArgument naming the parameter and the fix, and no file is made.
+func TestDSNParameterMistakesAreRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "never.db")
+	for query, want := range map[string]string{
+		"busy_timeout=-1s":                       "busy_timeout=-1s is negative (want a duration such as 5s; 0 does not wait)",
+		"synchronous=sometimes&synchronous=full": `synchronous is given twice ("sometimes" and "full"): give it once`,
+		"synchronous=full&synchronous=full":      `synchronous is given twice ("full" and "full")`,
+		"busy_timeout=1s&busy_timeout=2s":        "busy_timeout is given twice",
+		"synchronous=":                           "synchronous is empty: give it a value, or leave it out for the default",
+		"SYNCHRONOUS=full":                       `unknown parameter "SYNCHRONOUS": did you mean synchronous?`,
+		"busy_timeout=1s&cache=shared":           `unknown parameter "cache" (want synchronous, busy_timeout)`,
+	} {
+		t.Run(query, func(t *testing.T) {
+			_, err := rheo.Open(ctx, "sqlite:"+path+"?"+query)
+			require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+			require.ErrorContains(t, err, want)
+		})
+	}
+	_, err := sqlite.Open(ctx, path, sqlite.WithBusyTimeout(-time.Second))
+	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+	require.ErrorContains(t, err, "sqlite: busy timeout -1s is negative")
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing is written")
+
+	c, err := rheo.Open(ctx, "sqlite:"+filepath.Join(dir, "ok.db")+"?synchronous=FULL&busy_timeout=0s")
+	require.NoError(t, err, "a busy timeout of 0 does not wait")
+	defer c.Close()
+	require.Contains(t, c.Backend().(*sqlite.Backend).Settings(), "synchronous=FULL busy_timeout=0s")
 }

@@ -61,6 +61,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/rheo-go/rheo"
+	rdsn "github.com/rheo-go/rheo/internal/dsn"
 	"github.com/rheo-go/rheo/internal/notify"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
@@ -103,7 +104,7 @@ func WithSynchronous(s Synchronous) Option { return func(o *options) { o.sync = 
 
 // WithBusyTimeout sets how long a write waits for another process holding
 // the file's write lock before failing with ErrBackendUnavailable
-// (default 5s).
+// (default 5s; 0 does not wait, and Open refuses a negative one).
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
 
 // WithReaders sets the size of the read-only connection pool (default 4).
@@ -149,6 +150,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	}
 	if path == "" {
 		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "sqlite: empty database path")
+	}
+	if o.busyTimeout < 0 {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "sqlite: busy timeout %v is negative (want a duration such as 5s; 0 does not wait)", o.busyTimeout)
 	}
 	if path == ":memory:" || strings.HasPrefix(path, "file::memory:") {
 		// Every connection would see a database of its own.
@@ -226,7 +230,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
 // OpenDSN opens a "sqlite:PATH[?synchronous=normal|full&busy_timeout=DURATION]"
-// DSN. It is the OpenFunc registered for the "sqlite" scheme.
+// DSN. It is the OpenFunc registered for the "sqlite" scheme. Each parameter
+// may be given once, with a value (busy_timeout not negative); any other
+// parameter is refused.
 func OpenDSN(ctx context.Context, dsn string) (rheo.Backend, error) {
 	rest, ok := strings.CutPrefix(dsn, "sqlite:")
 	if !ok {
@@ -235,31 +241,33 @@ func OpenDSN(ctx context.Context, dsn string) (rheo.Backend, error) {
 	path, query, _ := strings.Cut(rest, "?")
 	var opts []Option
 	if query != "" {
-		q, err := url.ParseQuery(query)
+		rest, params, err := rdsn.TakeParams(query, "synchronous", "busy_timeout")
 		if err != nil {
-			return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "DSN %q", dsn)
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: %v", dsn, err)
 		}
-		for k, vs := range q {
-			v := vs[len(vs)-1]
-			switch k {
-			case "synchronous":
-				switch strings.ToLower(v) {
-				case "normal":
-					opts = append(opts, WithSynchronous(SynchronousNormal))
-				case "full":
-					opts = append(opts, WithSynchronous(SynchronousFull))
-				default:
-					return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: synchronous=%q (want normal or full)", dsn, v)
-				}
-			case "busy_timeout":
-				d, err := time.ParseDuration(v)
-				if err != nil {
-					return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "DSN %q: busy_timeout", dsn)
-				}
-				opts = append(opts, WithBusyTimeout(d))
+		if rest != "" {
+			k, _, _ := strings.Cut(strings.Split(rest, "&")[0], "=")
+			return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: unknown parameter %q (want synchronous, busy_timeout)", dsn, k)
+		}
+		if v, ok := params["synchronous"]; ok {
+			switch strings.ToLower(v) {
+			case "normal":
+				opts = append(opts, WithSynchronous(SynchronousNormal))
+			case "full":
+				opts = append(opts, WithSynchronous(SynchronousFull))
 			default:
-				return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: unknown parameter %q (want synchronous, busy_timeout)", dsn, k)
+				return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: synchronous=%q (want normal or full)", dsn, v)
 			}
+		}
+		if v, ok := params["busy_timeout"]; ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, rheo.Wrap(rheo.ErrInvalidArgument, err, "DSN %q: busy_timeout", dsn)
+			}
+			if d < 0 {
+				return nil, rheo.Errorf(rheo.ErrInvalidArgument, "DSN %q: busy_timeout=%s is negative (want a duration such as 5s; 0 does not wait)", dsn, v)
+			}
+			opts = append(opts, WithBusyTimeout(d))
 		}
 	}
 	if path == "" {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +74,29 @@ func TestOpenUnknownSchemeFails(t *testing.T) {
 	code := run(context.Background(), []string{"--dsn", "nosuch://x", "streams"}, strings.NewReader(""), &out, &errOut)
 	require.Equal(t, exitError, code)
 	require.Contains(t, errOut.String(), `rheo: open nosuch://x: invalid argument: no backend registered for DSN scheme "nosuch"`)
+}
+
+// A DSN with a bad parameter fails with one line naming it, and an embedded
+// store is not created, even by a command that creates one.
+func TestOpenDSNParameterMistakeFails(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "never.db")
+	for dsn, want := range map[string]string{
+		"memory:foo":                           `the memory store takes no path or parameters; use "memory:"`,
+		"sqlite:" + path + "?busy_timeout=-1s": "busy_timeout=-1s is negative",
+		"sqlite:" + path + "?synchronous=sometimes&synchronous=full": "synchronous is given twice",
+		"redis://127.0.0.1:1/0?key_prefix=":                          "key_prefix is empty",
+		"postgres://u@127.0.0.1:1/db?rheo_schem=app":                 `unknown parameter "rheo_schem": did you mean rheo_schema?`,
+	} {
+		var out, errOut strings.Builder
+		code := run(context.Background(), []string{"--dsn", dsn, "create-stream", "orders"}, strings.NewReader(""), &out, &errOut)
+		require.Equal(t, exitError, code, dsn)
+		require.Contains(t, errOut.String(), "rheo: open "+dsn+": invalid argument: ")
+		require.Contains(t, errOut.String(), want)
+		require.Equal(t, 1, strings.Count(errOut.String(), "\n"), "one line: %q", errOut.String())
+	}
+	_, err := os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing is written")
 }
 
 func TestDSNComesFromEnvironmentThenDefault(t *testing.T) {

@@ -65,3 +65,46 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+func TestTakeParams(t *testing.T) {
+	own := []string{"rheo_schema", "key_prefix"}
+	rest, params, err := TakeParams("sslmode=disable&rheo_schema=my%5Fschema&&application_name=a%20b&key_prefix=app+1%3A", own...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest != "sslmode=disable&application_name=a%20b" {
+		t.Errorf("rest = %q, want the other parameters as they were, in order", rest)
+	}
+	if params["rheo_schema"] != "my_schema" || params["key_prefix"] != "app 1:" {
+		t.Errorf("params = %q, want them decoded", params)
+	}
+	if rest, params, err := TakeParams("", own...); err != nil || rest != "" || len(params) != 0 {
+		t.Errorf(`TakeParams("") = %q, %q, %v`, rest, params, err)
+	}
+
+	// Every refusal names the parameter and what to do.
+	for query, want := range map[string]string{
+		"rheo_schema=":                  "parameter rheo_schema is empty: give it a value, or leave it out for the default",
+		"x=1&rheo_schema":               "parameter rheo_schema is empty",
+		"rheo_schema=a&rheo_schema=b":   `parameter rheo_schema is given twice ("a" and "b"): give it once`,
+		"rheo_schema=a&rheo%5Fschema=a": `parameter rheo_schema is given twice ("a" and "a")`,
+		"rheo_schem=x":                  `unknown parameter "rheo_schem": did you mean rheo_schema?`,
+		"RHEO_SCHEMA=x":                 `unknown parameter "RHEO_SCHEMA": did you mean rheo_schema?`,
+		"Key_Prefix=x":                  `unknown parameter "Key_Prefix": did you mean key_prefix?`,
+		"rheo.tenant=x":                 `unknown parameter "rheo.tenant": this store's own parameters are rheo_schema, key_prefix`,
+		"key_prefix=50%":                "parameter key_prefix=50% does not decode",
+	} {
+		_, _, err := TakeParams(query, own...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("TakeParams(%q) = %v, want an error containing %q", query, err, want)
+		}
+	}
+	// A store with no parameters of its own still refuses rheo's.
+	if _, _, err := TakeParams("rheo_schema=x"); err == nil || !strings.Contains(err.Error(), `takes no parameter starting with "rheo"`) {
+		t.Errorf("TakeParams with no own parameters = %v", err)
+	}
+	// Parameters of the driver are not rheo's business, even repeated or empty.
+	if rest, _, err := TakeParams("options=&options=x&search_path=", own...); err != nil || rest != "options=&options=x&search_path=" {
+		t.Errorf("driver parameters: %q, %v", rest, err)
+	}
+}

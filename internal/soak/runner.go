@@ -177,7 +177,11 @@ func Run(t testing.TB, cfg Config) Summary {
 		cc := cl.Client(t)
 		r.cluster = cl.Addrs()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		r.c = rheo.New(redis.New(cc, redis.WithKeyPrefix(clusterPrefix)), rheo.WithLogger(quiet))
+		b, err := redis.New(cc, redis.WithKeyPrefix(clusterPrefix))
+		if err != nil {
+			t.Fatalf("soak: redis-cluster backend: %v", err)
+		}
+		r.c = rheo.New(b, rheo.WithLogger(quiet))
 		t.Cleanup(func() { _ = r.c.Close() })
 		if err := r.c.Migrate(ctx); err != nil {
 			t.Fatalf("soak: migrate redis-cluster: %v", err)

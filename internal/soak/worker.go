@@ -82,7 +82,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cfg.ClusterAddrs, MaxRedirects: 16,
 			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
 		defer cc.Close()
-		c = rheo.New(redis.New(cc, redis.WithKeyPrefix(cfg.KeyPrefix)), rheo.WithObserver(obs), rheo.WithLogger(quiet))
+		b, err := redis.New(cc, redis.WithKeyPrefix(cfg.KeyPrefix))
+		if err != nil {
+			return fmt.Errorf("soak worker %s: %w", cfg.Name, err)
+		}
+		c = rheo.New(b, rheo.WithObserver(obs), rheo.WithLogger(quiet))
 	} else {
 		var err error
 		if c, err = rheo.Open(ctx, cfg.DSN, rheo.WithObserver(obs), rheo.WithLogger(quiet)); err != nil {
