@@ -27,6 +27,14 @@ type ClockSkewOptions struct {
 	// Check, when set, runs after every step with a description of it
 	// (say, an invariant of the backend's own layout).
 	Check func(t *testing.T, b rheo.Backend, at string)
+	// Epoch is where the clock starts; zero: 2026-01-01.
+	Epoch time.Time
+	// Microseconds, when set, moves the clock by a whole number of
+	// milliseconds and -1, 0 or 1 µs, so that it lands next to due times
+	// and lease expiries as well as on them. With an Epoch past 2^53 µs
+	// since 1970 (mid-2255), it holds a backend that keeps times as
+	// float64s to the microsecond.
+	Microseconds bool
 }
 
 // RunClockSkew runs seeded sequences of random operations on a fresh
@@ -58,6 +66,9 @@ func RunClockSkew(t *testing.T, f Factory, opts ClockSkewOptions) {
 func skewAgainstMemory(t *testing.T, seed uint64, sutB rheo.Backend, opts ClockSkewOptions) {
 	const parts, maxAttempts = 2, 2
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !opts.Epoch.IsZero() {
+		epoch = opts.Epoch
+	}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	mb := memory.New()
 	t.Cleanup(func() { _ = mb.Close() })
@@ -154,10 +165,16 @@ func skewAgainstMemory(t *testing.T, seed uint64, sutB rheo.Backend, opts ClockS
 			}
 		case 7, 8:
 			at := now.Add(time.Duration(rng.IntN(6001)-3000) * time.Millisecond)
+			if opts.Microseconds {
+				at = at.Add(time.Duration(rng.IntN(3)-1) * time.Microsecond)
+			}
 			what = "clock " + at.Sub(now).String()
 			setClock(at)
 		case 9, 14:
 			now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			if opts.Microseconds {
+				now = now.Add(time.Duration(rng.IntN(3)-1) * time.Microsecond)
+			}
 			what = "advance"
 			setClock(now)
 		case 10:

@@ -1,6 +1,7 @@
 package rheotest
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,55 @@ import (
 // give exactly the same answer.
 func runEdges(t *testing.T, f Factory) {
 	runCases(t, f, []testCase{
+		{"far_future_times_are_exact_to_the_microsecond", func(t *testing.T, f Factory) {
+			// Past 2^53 µs since 1970 (mid-2255) a float64 no longer holds
+			// every microsecond: lease expiries, nack due times and listed
+			// leases must still be exact, at each parity of the clock.
+			for off := range 4 {
+				e := newEnv(t, f)
+				at := time.Date(2260, time.January, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(off) * time.Microsecond)
+				e.clk.Set(at)
+				s := e.stream(1)
+				e.appendN(s, 0, 1)
+				g := e.group(s, rheo.GroupConfig{MaxAttempts: 5})
+				ls := e.fetch(s, g, rheo.FetchOptions{LeaseDuration: 3 * time.Microsecond})
+				require.Len(t, ls, 1)
+				require.True(t, ls[0].ExpiresAt.Equal(at.Add(3*time.Microsecond)), "offset %d: expires %v", off, ls[0].ExpiresAt)
+				listed := func(want time.Time) {
+					t.Helper()
+					got, err := e.c.Leases(e.ctx, s, g, rheo.LeaseListOptions{})
+					if errors.Is(err, rheo.ErrUnsupported) {
+						return
+					}
+					require.NoError(t, err)
+					require.Len(t, got, 1)
+					require.True(t, want.Equal(got[0].ExpiresAt), "offset %d: listed expiry %v, want %v", off, got[0].ExpiresAt, want)
+				}
+				listed(ls[0].ExpiresAt)
+				e.clk.Advance(2 * time.Microsecond)
+				e.requireNone(s, g) // 1 µs before the lease expires
+				e.clk.Advance(time.Microsecond)
+				ls = e.fetch(s, g, rheo.FetchOptions{LeaseDuration: time.Microsecond})
+				require.Len(t, ls, 1, "offset %d: the lease expired at %v", off, e.clk.Now())
+				require.Equal(t, 2, ls[0].Attempt)
+				l, err := e.c.Renew(e.ctx, ls[0], 5*time.Microsecond)
+				require.NoError(t, err)
+				require.True(t, l.ExpiresAt.Equal(e.clk.Now().Add(5*time.Microsecond)))
+				listed(l.ExpiresAt)
+				e.clk.Advance(4 * time.Microsecond)
+				e.requireNone(s, g) // 1 µs before the renewed lease expires
+				e.clk.Advance(time.Microsecond)
+				ls = e.fetch(s, g, rheo.FetchOptions{})
+				require.Len(t, ls, 1, "offset %d: the renewed lease expired at %v", off, e.clk.Now())
+				require.NoError(t, e.c.Nack(e.ctx, ls[0], "later", rheo.Delay(5*time.Microsecond)))
+				e.clk.Advance(4 * time.Microsecond)
+				e.requireNone(s, g) // 1 µs before the nack is due
+				e.clk.Advance(time.Microsecond)
+				ls = e.fetch(s, g, rheo.FetchOptions{})
+				require.Len(t, ls, 1, "offset %d: the nack was due at %v", off, e.clk.Now())
+				require.Equal(t, 4, ls[0].Attempt)
+			}
+		}},
 		{"many_due_deliveries_are_claimed_in_sequence_order", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

@@ -19,7 +19,7 @@ local function drop_group(g, n)
   local gb = gbase(g)
   for p = 0, n - 1 do
     pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), g)
-    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
+    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   end
   redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm')
   redis.call('HDEL', base .. 'groups', g)
@@ -64,7 +64,7 @@ return 1
 var leaseRetentionScript = goredis.NewScript(common + `
 local e = need_stream(); if e then return e end
 local m = redis.call('HMGET', KEYS[1], 'lease_owner', 'lease_until')
-if m[1] and m[1] ~= '' and m[1] ~= ARGV[2] and tonumber(m[2] or '0') > tonumber(ARGV[3]) then
+if m[1] and m[1] ~= '' and m[1] ~= ARGV[2] and tcmp(m[2] or '0', ARGV[3]) > 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'lease_owner', ARGV[2], 'lease_until', ARGV[4])
@@ -134,6 +134,7 @@ for _, g in ipairs(gs) do
   if #seqs > 0 then
     bulk({'HDEL', lkey}, seqs, 1000)
     bulk({'HDEL', gb .. 'c:' .. p}, seqs, 1000)
+    bulk({'HDEL', gb .. 'x:' .. p}, seqs, 1000)
     bulk({'ZREM', gb .. 'd:' .. p}, seqs, 1000)
     unpin(gb .. 'd:' .. p)
     bulk({'ZREM', gb .. 'a:' .. p}, seqs, 1000)

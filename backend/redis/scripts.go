@@ -72,6 +72,54 @@ local function unpin(dkey)
   -- A due set holding only DUE_PIN goes, like an empty one.
   if redis.call('ZCARD', dkey) == 1 then redis.call('ZREM', dkey, DUE_PIN) end
 end
+-- Times (µs since 1970) pass through the scripts as decimal strings. Past
+-- 2^53 µs (mid-2255; before 1685 below zero) a Lua number or a sorted
+-- set's score, both doubles, no longer holds every microsecond, so times
+-- are compared as strings (tcmp) and a due set keeps, beside each score
+-- that is not exact, the exact due time (see due_range).
+local BIG = 9007199254740992 -- 2^53
+local function small(t)
+  -- Whether the time t (a decimal string) is exact as a double.
+  local n = tonumber(t)
+  return n > -BIG and n < BIG
+end
+local function tcmp(a, b)
+  -- -1, 0 or 1 as time a is before, at or after time b (canonical decimal
+  -- strings: no leading zeros, no '-0').
+  if a == b then return 0 end
+  local na, nb = string.byte(a, 1) == 45, string.byte(b, 1) == 45
+  if na ~= nb then
+    if na then return -1 end
+    return 1
+  end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  if #a ~= #b then
+    if #a < #b then return -1 end
+    return 1
+  end
+  if a < b then return -1 end
+  return 1
+end
+local function tstep(t, d)
+  -- The time t plus d (1 or -1) microseconds, as a decimal string.
+  if small(t) then return fmt(tonumber(t) + d) end
+  local neg = string.byte(t, 1) == 45
+  if neg then t, d = string.sub(t, 2), -d end
+  local digits = {}
+  for k = 1, #t do digits[k] = string.byte(t, k) - 48 end
+  local i = #t
+  while i > 0 do
+    local v = digits[i] + d
+    if v >= 0 and v <= 9 then digits[i] = v; break end
+    digits[i] = (v + 10) % 10
+    i = i - 1
+  end
+  local r = table.concat(digits)
+  if i == 0 then r = '1' .. r end -- carried past the first digit
+  r = string.gsub(r, '^0+', '')
+  if neg then return '-' .. r end
+  return r
+end
 local function need_stream()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     return redis.error_reply('RHEO_NOSTREAM')
@@ -175,6 +223,64 @@ local function cursor(p)
   end
   return 0
 end
+-- Exact due times: a due time written to d:<p> that its score cannot hold
+-- exactly (see small) is written to the hash x:<p> too, field the
+-- sequence. A score stands for the time in x:<p> only when that time
+-- rounds to it, so a field left by an earlier due time of the delivery
+-- (or none, from a version that wrote none) leaves the score as it is.
+local function keep_exact(p, at, seqs)
+  if small(at) then return end
+  local kv = {}
+  for _, ss in ipairs(seqs) do kv[#kv + 1] = ss; kv[#kv + 1] = at end
+  bulk({'HSET', gb .. 'x:' .. p}, kv, 1000)
+end
+local function forget_exact(p, list)
+  local xkey = gb .. 'x:' .. p
+  if redis.call('EXISTS', xkey) == 1 then bulk({'HDEL', xkey}, list, 1000) end
+end
+-- exact_due is the due time of sequence ss of partition p, scored sc in
+-- d:<p> (sc a number), as a decimal string; xv is its field of x:<p>, if
+-- read already (nil: not read yet).
+local function exact_due(p, ss, sc, xv)
+  if sc > -BIG and sc < BIG then return fmt(sc) end
+  if xv == nil then xv = redis.call('HGET', gb .. 'x:' .. p, ss) end
+  if xv and tonumber(xv) == sc then return xv end
+  return fmt(sc)
+end
+-- due_range returns the members of d:<p> due after lo (at or after it if
+-- not lox; lo may be '-inf') and at or before hi, by exact due time.
+-- Rounding keeps order, so the scores of those members are in the range
+-- of the rounded bounds; what else shares a rounded bound is dropped on
+-- its exact time.
+local function due_range(p, lo, lox, hi)
+  local dkey = gb .. 'd:' .. p
+  if (lo == '-inf' or small(lo)) and small(hi) then
+    if lox then lo = '(' .. lo end
+    return redis.call('ZRANGEBYSCORE', dkey, lo, hi)
+  end
+  local r = redis.call('ZRANGEBYSCORE', dkey, lo, hi, 'WITHSCORES')
+  local big = {}
+  for i = 1, #r, 2 do
+    local sc = tonumber(r[i + 1])
+    if not (sc > -BIG and sc < BIG) then big[#big + 1] = r[i] end
+  end
+  local xs = {}
+  if #big > 0 then
+    local vals = bulk({'HMGET', gb .. 'x:' .. p}, big, 1000)
+    local k = 0
+    for _, chunk in ipairs(vals) do
+      for _, v in ipairs(chunk) do k = k + 1; xs[big[k]] = v end
+    end
+  end
+  local out = {}
+  for i = 1, #r, 2 do
+    local t = exact_due(p, r[i], tonumber(r[i + 1]), xs[r[i]] or false)
+    local c = 1
+    if lo ~= '-inf' then c = tcmp(t, lo) end
+    if (c > 0 or (c == 0 and not lox)) and tcmp(t, hi) <= 0 then out[#out + 1] = r[i] end
+  end
+  return out
+end
 -- Ready sets: a:<p> holds, scored by sequence, exactly the members of the
 -- due set d:<p> whose due time is at or below the partition's watermark,
 -- field p of the hash m (µs; the now of a past fetch), so that a fetch
@@ -199,30 +305,32 @@ end
 -- before a fetch has checked it for poison.
 local function lower(p, s)
   local m = getM(p)
-  if not m or s > tonumber(m) then return end
-  local back = redis.call('ZRANGEBYSCORE', gb .. 'd:' .. p, s, m)
+  if not m or tcmp(s, m) > 0 then return end
+  local back = due_range(p, s, false, m)
   if #back > 0 then bulk({'ZREM', gb .. 'a:' .. p}, back, 1000) end
-  m = fmt(s - 1)
+  m = tstep(s, -1)
   redis.call('HSET', gb .. 'm', p, m)
   M[p] = m
 end
--- set_due gives sequence ss of partition p the due time at (µs; 0 = now)
+-- set_due gives sequence ss of partition p the due time at (µs, a decimal
+-- string; '0' = now)
 -- in d:<p>, and keeps a:<p> in step: a delivery waiting to be claimed again
 -- due by the watermark is ready at once; a lease never is.
 local function set_due(p, ss, at, leased)
   local m = getM(p)
   if m then
     local akey = gb .. 'a:' .. p
-    if tonumber(at) > tonumber(m) then
+    if tcmp(at, m) > 0 then
       redis.call('ZREM', akey, ss)
     elseif leased then
-      lower(p, tonumber(at))
+      lower(p, at)
       redis.call('ZREM', akey, ss)
     else
       redis.call('ZADD', akey, ss, ss)
     end
   end
   redis.call('ZADD', gb .. 'd:' .. p, at, ss)
+  keep_exact(p, at, {ss})
 end
 -- reopen makes an offered delivery available now with attempts reset,
 -- wherever it was: leased or waiting, acked or dead-lettered.
@@ -239,7 +347,7 @@ local function reopen(p, seq)
     end
   end
   redis.call('HSET', lkey, ss, ':0')
-  set_due(p, ss, 0, false)
+  set_due(p, ss, '0', false)
 end
 local function wake()
   redis.call('SPUBLISH', base .. 'wake', '1')
@@ -392,7 +500,7 @@ local n = tonumber(ARGV[5])
 redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm')
 for p = 0, n - 1 do
   local s = ARGV[6 + p]
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   local ok = pcall(redis.call, 'XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
   if not ok then
     redis.call('XGROUP', 'DESTROY', skey(p), group)
@@ -424,7 +532,6 @@ var fetchScript = goredis.NewScript(fetchSource)
 
 const fetchSource = common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
-local now = tonumber(ARGV[4])
 local nowS = ARGV[4]
 local exp = ARGV[5]
 local limit = tonumber(ARGV[6])
@@ -445,12 +552,11 @@ local setm = {}
 -- so where a lease's expiry is at or below the bound (a clock behind one
 -- that fetched earlier) its partition's watermark is lowered below it
 -- first: see due_lease.
-local MX = tonumber(redis.call('HGET', gb .. 'm', '*') or '')
-local expN = tonumber(exp)
+local MX = redis.call('HGET', gb .. 'm', '*')
 local function due_lease(p)
-  if not MX or expN <= MX then -- (no bound yet: look)
+  if not MX or tcmp(exp, MX) <= 0 then -- (no bound yet: look)
     local m = getM(p)
-    if m and expN <= tonumber(m) then lower(p, expN) end
+    if m and tcmp(exp, m) <= 0 then lower(p, exp) end
   end
 end
 -- prepare brings partition p's ready set (see set_due) to now, m being its
@@ -474,15 +580,15 @@ local function prepare(p, m)
     redis.call('DEL', akey)
     lo = '-inf'
     moved = true
-  elseif now > tonumber(m) then
-    lo = '(' .. m
-  elseif now < tonumber(m) then
-    local back = redis.call('ZRANGEBYSCORE', dkey, '(' .. nowS, m)
+  elseif tcmp(nowS, m) > 0 then
+    lo = m
+  elseif tcmp(nowS, m) < 0 then
+    local back = due_range(p, nowS, true, m)
     if #back > 0 then bulk({'ZREM', akey}, back, 1000) end
     moved = true
   end
   if lo then
-    local lst = redis.call('ZRANGEBYSCORE', dkey, lo, nowS)
+    local lst = due_range(p, lo, lo ~= '-inf', nowS)
     if #lst > 0 then moved = true end
     local drop, poison, acks, add = {}, {}, {}, {}
     local i = 1
@@ -513,6 +619,7 @@ local function prepare(p, m)
     if #drop > 0 then
       bulk({'ZREM', dkey}, drop, 1000)
       unpin(dkey)
+      forget_exact(p, drop)
     end
     if #poison > 0 then
       bulk({'HDEL', lkey}, poison, 1000)
@@ -560,13 +667,19 @@ else
   end
 end
 if #setm > 0 then
-  if not MX or now > MX then
+  if not MX or tcmp(nowS, MX) > 0 then
     setm[#setm + 1] = '*'
     setm[#setm + 1] = nowS
   end
   bulk({'HSET', gb .. 'm'}, setm, 1000)
 end
 
+-- flat_seqs is the sequences of a flat list of (sequence, value) pairs.
+local function flat_seqs(kv)
+  local out = {}
+  for i = 1, #kv, 2 do out[#out + 1] = kv[i] end
+  return out
+end
 -- packed is what a fetch returns of an entry's fields: the packed event
 -- alone when that is all the entry holds (so that Redis converts one string
 -- back into the reply instead of a table), else the fields as they are.
@@ -597,6 +710,7 @@ local function lease_fresh(p, ents)
   end
   bulk({'HSET', gb .. 'l:' .. p}, hset, 1000)
   bulk({'ZADD', gb .. 'd:' .. p, 'inf', DUE_PIN}, zadd, 1000)
+  if not small(exp) then keep_exact(p, exp, flat_seqs(hset)) end
   out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
   nout = nout + 3
   return n
@@ -643,11 +757,13 @@ local function take(p, want)
     if #drop > 0 then
       bulk({'ZREM', dkey}, drop, 1000)
       unpin(dkey)
+      forget_exact(p, drop)
     end
     if #claim > 0 then
       due_lease(p)
       bulk({'HSET', lkey}, hset, 1000)
       bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
+      if not small(exp) then keep_exact(p, exp, flat_seqs(hset)) end
       -- Each entry is read by its ID (a trimmed one is not there); the
       -- group's pending-entries list is not involved (see XREADGROUP below).
       local red = {}
@@ -863,6 +979,7 @@ for gi = 1, g do
     local dkey = gb .. 'd:' .. p
     bulk({'ZREM', dkey}, rm, 1000)
     unpin(dkey)
+    forget_exact(p, rm)
     unready[#unready + 1] = {p, rm}
     -- Only leases of stores written by earlier versions, which kept the
     -- group's pending-entries list, have an entry there to remove (XACK
@@ -965,7 +1082,9 @@ for i, r in ipairs(picks) do
   if i > limit then break end
   local p, ss = r[1], fmt(r[2])
   local e = redis.call('XRANGE', skey(p), ss .. '-0', ss .. '-0')
-  out[#out + 1] = {p, r[2], r[3], redis.call('ZSCORE', gb .. 'd:' .. p, ss) or '0',
+  local sc = redis.call('ZSCORE', gb .. 'd:' .. p, ss)
+  if sc then sc = exact_due(p, ss, tonumber(sc)) else sc = '0' end
+  out[#out + 1] = {p, r[2], r[3], sc,
     redis.call('HGET', gb .. 'c:' .. p, ss) or '', e[1] and e[1][2] or {}}
 end
 return out
@@ -1035,6 +1154,7 @@ for i = 1, nf do
     forget_claims(p, drop)
     bulk({'ZREM', dkey}, drop, 1000)
     unpin(dkey)
+    forget_exact(p, drop)
     bulk({'ZREM', gb .. 'a:' .. p}, drop, 1000)
     bulk({'XACK', skey(p), group}, acks, 1000)
   end
@@ -1103,7 +1223,7 @@ for i = 0, n - 1 do
   local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local pn = tonumber(p)
   reopened = reopened + math.max(cursor(p) - tonumber(s), 0)
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p)
+  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   local lo, hi = fmt(pn * PSHIFT), fmt(pn * PSHIFT + PSHIFT - 1)
   local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
   if #dl > 0 then
