@@ -14,6 +14,7 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/postgres"
+	"github.com/rheo-go/rheo/internal/sample"
 )
 
 // benchEvents is how many events BenchmarkConsume appends beforehand
@@ -80,6 +81,31 @@ func BenchmarkAppendBatch100(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkAppendBatch1000 is one producer appending batches of 1,000
+// freshly built ~100-byte JSON payloads, as the peers benchmark's
+// "postgres append 1000" does; run with -cpuprofile or -memprofile to see
+// the client's side.
+func BenchmarkAppendBatch1000(b *testing.B) {
+	be := newBackend(b)
+	c := rheo.New(be)
+	ctx := context.Background()
+	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	msgs := make([]rheo.Message, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, k := time.Now(), 0
+	for range b.N {
+		for j := range msgs {
+			msgs[j] = rheo.Message{Type: "order.created", Key: strconv.Itoa(k), Payload: sample.Order(make([]byte, 0, 128), k)}
+			k++
+		}
+		if _, err := c.AppendBatch(ctx, "s", msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(k)/time.Since(start).Seconds(), "events/s")
 }
 
 // BenchmarkConsume measures the burn-down of a backlog: N events appended
