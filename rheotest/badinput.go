@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -145,6 +146,7 @@ func runNotFound(t *testing.T, f Factory) {
 				err := c.do(w)
 				require.ErrorIs(t, err, rheo.ErrGroupNotFound)
 				require.NotErrorIs(t, err, rheo.ErrStreamNotFound)
+				require.Contains(t, err.Error(), fmt.Sprintf("group %q of stream %q", "no-such-group", w.s), "the same words on every store")
 				require.Equal(t, before, w.snapshot())
 			})
 		}

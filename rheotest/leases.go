@@ -2,6 +2,7 @@ package rheotest
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -303,7 +304,11 @@ func runSettle(t *testing.T, f Factory) {
 		{"stale_ack_after_reclaim", func(t *testing.T, f Factory) {
 			e, s, g, old, fresh := stolen(t, f)
 			before := e.snapshot()
-			require.ErrorIs(t, e.c.Ack(e.ctx, old), rheo.ErrStaleLease)
+			err := e.c.Ack(e.ctx, old)
+			require.ErrorIs(t, err, rheo.ErrStaleLease)
+			// The same words on every store.
+			require.Contains(t, err.Error(), fmt.Sprintf("lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
+				old.ID, old.Event.ID, old.Event.Partition, old.Event.Sequence, g, s))
 			require.Equal(t, before, e.snapshot(), "a stale ack writes nothing")
 			e.ack(fresh)
 			e.requireLag(s, g, 0, 1, 1)

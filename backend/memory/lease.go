@@ -123,7 +123,7 @@ func current(g *group, l rheo.Lease) (*gpart, *delivery, error) {
 	gp := g.parts[p]
 	d := gp.dels[l.Event.Sequence]
 	if d == nil || d.status != leased || d.leaseID != l.ID || d.eventID != l.Event.ID {
-		return nil, nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q in group %q", l.ID, l.Event.ID, g.name)
+		return nil, nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q", l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
 	}
 	if l.Receipt != d.leaseID {
 		return nil, nil, rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q", l.ID, l.Event.ID, g.name)

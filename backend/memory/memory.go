@@ -303,7 +303,7 @@ func (b *Backend) group(stream, name string) (*stream, *group, error) {
 	}
 	g, ok := s.groups[name]
 	if !ok {
-		return nil, nil, rheo.Errorf(rheo.ErrGroupNotFound, "group %q on stream %q", name, stream)
+		return nil, nil, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", name, stream)
 	}
 	return s, g, nil
 }
@@ -500,7 +500,7 @@ func (b *Backend) CreateGroup(_ context.Context, spec rheo.GroupSpec) error {
 		return err
 	}
 	if _, ok := s.groups[spec.Group]; ok {
-		return rheo.Errorf(rheo.ErrAlreadyExists, "group %q on stream %q", spec.Group, spec.Stream)
+		return rheo.Errorf(rheo.ErrAlreadyExists, "group %q of stream %q", spec.Group, spec.Stream)
 	}
 	g := &group{name: spec.Group, maxAttempts: spec.MaxAttempts, parts: make([]*gpart, len(s.parts))}
 	for p := range g.parts {

@@ -139,7 +139,7 @@ func (b *Backend) group(ctx context.Context, stream, name string) (*streamDoc, *
 		return nil, nil, readErr(err, "read group %q of stream %q", name, stream)
 	}
 	if !found || g.StreamTok != s.Tok {
-		return nil, nil, rheo.Errorf(rheo.ErrGroupNotFound, "group %q on stream %q", name, stream)
+		return nil, nil, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", name, stream)
 	}
 	return s, &g, nil
 }
@@ -166,7 +166,7 @@ func (b *Backend) CreateGroup(ctx context.Context, spec rheo.GroupSpec) error {
 	}
 	if _, err := b.groups.InsertOne(ctx, g); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
-			return rheo.Errorf(rheo.ErrAlreadyExists, "group %q on stream %q", spec.Group, spec.Stream)
+			return rheo.Errorf(rheo.ErrAlreadyExists, "group %q of stream %q", spec.Group, spec.Stream)
 		}
 		return writeErr(err, "create group %q on stream %q", spec.Group, spec.Stream)
 	}
@@ -468,7 +468,7 @@ func (b *Backend) lease(d *delivery, r rheo.FetchRequest) {
 func current(st *pstate, group string, l rheo.Lease) (*delivery, error) {
 	d := st.find(l.Event.Sequence)
 	if d == nil || d.Status != stLeased || d.Lease != l.ID || d.EventID != l.Event.ID {
-		return nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q in group %q", l.ID, l.Event.ID, group)
+		return nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q", l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
 	}
 	if l.Receipt != d.Lease {
 		return nil, rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q", l.ID, l.Event.ID, group)

@@ -24,7 +24,7 @@ func (b *Backend) DeleteGroup(ctx context.Context, stream, group string) error {
 		return writeErr(err, "delete group %q of stream %q", group, stream)
 	}
 	if res.DeletedCount == 0 {
-		return rheo.Errorf(rheo.ErrGroupNotFound, "group %q on stream %q", group, stream)
+		return rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
 	}
 	if _, err := b.states.DeleteMany(ctx, bson.D{{Key: "st", Value: stream}, {Key: "g", Value: group}, {Key: "gt", Value: g.Tok}}); err != nil {
 		return writeErr(err, "delete state of group %q of stream %q", group, stream)

@@ -60,7 +60,7 @@ func (b *Backend) group(ctx context.Context, stream, name string) (groupRef, err
 		s.id, name).Scan(&g.id, &g.maxAttempts)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return g, rheo.Errorf(rheo.ErrGroupNotFound, "group %q on stream %q", name, stream)
+			return g, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", name, stream)
 		}
 		return g, classify(err, false, "postgres: group %q on stream %q", name, stream)
 	}

@@ -597,7 +597,7 @@ func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time)
 }
 
 func staleLease(l rheo.Lease) error {
-	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q in group %q of stream %q", l.ID, l.Event.ID, l.Group, l.Stream)
+	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q", l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
 }
 
 func receiptMismatch(l rheo.Lease) error {
