@@ -118,6 +118,18 @@ func TestNewRefusesABadKeyPrefix(t *testing.T) {
 	}
 	_, err := redis.New(nil)
 	require.ErrorIs(t, err, rheo.ErrInvalidArgument)
+	for opt, want := range map[string]redis.Option{
+		"redis: query scan limit -1 is negative": redis.WithQueryScanLimit(-1),
+		"redis: wait for -1 replicas within 1s":  redis.WithWaitReplicas(-1, time.Second),
+		"redis: wait for 1 replicas within -1s":  redis.WithWaitReplicas(1, -time.Second),
+	} {
+		b, err := redis.New(client, want)
+		require.ErrorIs(t, err, rheo.ErrInvalidArgument, opt)
+		require.ErrorContains(t, err, opt)
+		require.Nil(t, b)
+	}
+	_, err = redis.New(client, redis.WithQueryScanLimit(0), redis.WithWaitReplicas(0, 0))
+	require.NoError(t, err, "0 means no bound and no waiting")
 
 	b, err := redis.New(client)
 	require.NoError(t, err)

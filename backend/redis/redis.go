@@ -72,16 +72,10 @@ func WithKeyPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
 
 // WithQueryScanLimit bounds how many stream entries one Query call may read
 // before it fails with rheo.ErrUnsupported (default 1,000,000; 0 means no
-// bound). Redis has no secondary indexes: queries scan partitions by
-// sequence range, so narrow ones with Partitions, AfterSequence and
-// UntilSequence.
-func WithQueryScanLimit(n int) Option {
-	return func(b *Backend) {
-		if n >= 0 {
-			b.scanLimit = n
-		}
-	}
-}
+// bound; New refuses a negative n with rheo.ErrInvalidArgument). Redis has
+// no secondary indexes: queries scan partitions by sequence range, so
+// narrow ones with Partitions, AfterSequence and UntilSequence.
+func WithQueryScanLimit(n int) Option { return func(b *Backend) { b.scanLimit = n } }
 
 // Backend is a rheo.Backend and rheo.Notifier over Redis. It is safe for
 // concurrent use.
@@ -123,6 +117,12 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	}
 	if err := checkPrefix(b.prefix); err != nil {
 		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis: key prefix %v", err)
+	}
+	if b.scanLimit < 0 {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis: query scan limit %d is negative: give 0 for no bound, or leave it out for the default %d", b.scanLimit, DefaultQueryScanLimit)
+	}
+	if b.waitReplicas < 0 || b.waitTimeout < 0 {
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "redis: wait for %d replicas within %v: neither may be negative (0 replicas: do not wait)", b.waitReplicas, b.waitTimeout)
 	}
 	return b, nil
 }

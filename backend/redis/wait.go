@@ -22,11 +22,11 @@ import (
 // stays asynchronous, and a failover may still promote a replica that had
 // not received a write another replica acknowledged (with several
 // replicas), or a manual CLUSTER FAILOVER FORCE/TAKEOVER may skip the
-// handshake. See docs/redis.md. n <= 0 turns waiting off (the default).
+// handshake. See docs/redis.md. n = 0 turns waiting off (the default);
+// New refuses a negative n or timeout with rheo.ErrInvalidArgument.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(b *Backend) {
-		b.waitReplicas = max(n, 0)
-		b.waitTimeout = max(timeout, 0)
+		b.waitReplicas, b.waitTimeout = n, timeout
 	}
 }
 
