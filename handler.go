@@ -18,8 +18,9 @@ import (
 //     with reason "panic: <value>".
 //
 // The reason stored with a nack or a reject is the returned error's message,
-// with U+FFFD in place of any byte that is not UTF-8 and of any NUL (which
-// Client.Nack and Client.Reject refuse): every error settles its lease.
+// with U+FFFD in place of each run of bytes that is not UTF-8 and of each
+// NUL (which Client.Nack and Client.Reject refuse): every error settles its
+// lease.
 // Delivery is at least once: a handler must be idempotent on Event.ID.
 //
 // ctx is cancelled when the consumer stops after its shutdown budget (cause

@@ -160,9 +160,9 @@ func checkReason(op, reason string) error {
 }
 
 // storedReason is the reason the consumer runtime stores for a handler's
-// error message: the message with every byte that checkReason refuses (a
-// byte that is not UTF-8, a NUL) replaced by U+FFFD, so that any error a
-// handler returns settles its lease, the same way on every store.
+// error message: the message with U+FFFD in place of what checkReason
+// refuses (each run of bytes that is not UTF-8, each NUL), so that any
+// error a handler returns settles its lease, the same way on every store.
 func storedReason(msg string) string {
 	if utf8.ValidString(msg) && strings.IndexByte(msg, 0) < 0 {
 		return msg

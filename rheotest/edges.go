@@ -67,6 +67,42 @@ func runEdges(t *testing.T, f Factory) {
 				require.Equal(t, 4, ls[0].Attempt)
 			}
 		}},
+		{"redriven_and_replayed_deliveries_are_due_at_once_before_1970", func(t *testing.T, f Factory) {
+			// A redrive or a replay makes a delivery available at once,
+			// whatever the clock reads: also before 1970, where a due time
+			// of 0 µs would lie in the future.
+			for _, at := range []time.Time{
+				time.Date(1969, time.December, 1, 0, 0, 0, 0, time.UTC),
+				// Before -2^53 µs, and within the years every store keeps
+				// (MongoDB's nanoseconds reach back to 1677).
+				time.Date(1680, time.January, 1, 0, 0, 0, 0, time.UTC),
+			} {
+				e := newEnv(t, f)
+				e.clk.Set(at)
+				s := e.stream(1)
+				evs := e.appendN(s, 0, 2)
+				g := e.group(s, rheo.GroupConfig{MaxAttempts: 1})
+				ls := e.fetchN(s, g, 2)
+				require.NoError(t, e.c.Reject(e.ctx, ls[0], "bad"))
+				e.ack(ls[1])
+				n, err := e.c.Redrive(e.ctx, s, g, evs[0].ID)
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+				got := e.fetchN(s, g, 1)
+				require.Equal(t, evs[0].ID, got[0].Event.ID, "redriven at %v", at)
+				e.ack(got[0])
+				n, err = e.c.Replay(e.ctx, s, g, rheo.Events(evs[1].ID))
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+				got = e.fetchN(s, g, 1)
+				require.Equal(t, evs[1].ID, got[0].Event.ID, "replayed at %v", at)
+				e.ack(got[0])
+				n, err = e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))
+				require.NoError(t, err)
+				require.Equal(t, 2, n)
+				require.Len(t, e.fetch(s, g, rheo.FetchOptions{Limit: 10}), 2, "replayed from the start at %v", at)
+			}
+		}},
 		{"many_due_deliveries_are_claimed_in_sequence_order", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -106,8 +107,10 @@ func (s *pstate) compact() {
 	s.Dels = slices.DeleteFunc(s.Dels, func(d delivery) bool { return d.Status == stAcked && d.Seq <= f })
 }
 
+// reopen makes d available at once, whatever the clock reads (a due time
+// of 0 would lie in the future for a clock before 1970).
 func reopen(d *delivery) {
-	*d = delivery{Seq: d.Seq, EventID: d.EventID, Status: stAvailable}
+	*d = delivery{Seq: d.Seq, EventID: d.EventID, Status: stAvailable, AvailableAt: math.MinInt64}
 }
 
 func cmpInt(a, b int64) int {
@@ -725,7 +728,7 @@ func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error)
 				n++
 				d := st.find(ref.Sequence)
 				if d == nil {
-					st.put(delivery{Seq: ref.Sequence, EventID: ref.ID, Status: stAvailable})
+					st.put(delivery{Seq: ref.Sequence, EventID: ref.ID, Status: stAvailable, AvailableAt: math.MinInt64})
 					continue
 				}
 				reopen(d)

@@ -78,6 +78,11 @@ end
 -- are compared as strings (tcmp) and a due set keeps, beside each score
 -- that is not exact, the exact due time (see due_range).
 local BIG = 9007199254740992 -- 2^53
+-- READY is the due time of a delivery made available at once by a replay
+-- or a redrive: below every time a clock can read (-2^61 µs, as the SQL
+-- stores' ready marker), so that it is due whatever the clock says, even
+-- before 1970. A double holds it exactly: it never needs x:<p>.
+local READY = '-2305843009213693952'
 local function small(t)
   -- Whether the time t (a decimal string) is exact as a double.
   local n = tonumber(t)
@@ -229,7 +234,7 @@ end
 -- rounds to it, so a field left by an earlier due time of the delivery
 -- (or none, from a version that wrote none) leaves the score as it is.
 local function keep_exact(p, at, seqs)
-  if small(at) then return end
+  if at == READY or small(at) then return end
   local kv = {}
   for _, ss in ipairs(seqs) do kv[#kv + 1] = ss; kv[#kv + 1] = at end
   bulk({'HSET', gb .. 'x:' .. p}, kv, 1000)
@@ -313,9 +318,9 @@ local function lower(p, s)
   M[p] = m
 end
 -- set_due gives sequence ss of partition p the due time at (µs, a decimal
--- string; '0' = now)
--- in d:<p>, and keeps a:<p> in step: a delivery waiting to be claimed again
--- due by the watermark is ready at once; a lease never is.
+-- string; READY: at once) in d:<p>, and keeps a:<p> in step: a delivery
+-- waiting to be claimed again due by the watermark is ready at once; a
+-- lease never is.
 local function set_due(p, ss, at, leased)
   local m = getM(p)
   if m then
@@ -347,7 +352,7 @@ local function reopen(p, seq)
     end
   end
   redis.call('HSET', lkey, ss, ':0')
-  set_due(p, ss, '0', false)
+  set_due(p, ss, READY, false)
 end
 local function wake()
   redis.call('SPUBLISH', base .. 'wake', '1')
