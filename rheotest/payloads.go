@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -53,5 +54,34 @@ func runPayloads(t *testing.T, f Factory) {
 			require.Equal(t, p.stored, string(dls[0].Event.Payload), "DeadLetters")
 		}})
 	}
+	cases = append(cases, testCase{"event_timestamps_round_trip_at_any_time", func(t *testing.T, f Factory) {
+		// An event's timestamp comes back as appended, to the microsecond,
+		// from year 1 to year 9999, the Unix epoch itself included.
+		e := newEnv(t, f)
+		s := e.stream(1)
+		g := e.group(s, rheo.GroupConfig{})
+		ats := []time.Time{
+			time.Date(1, time.January, 1, 0, 0, 0, 1000, time.UTC),
+			time.Date(1600, time.February, 29, 12, 0, 0, 5000, time.UTC),
+			time.Unix(0, 0).UTC(),
+			time.Unix(0, -1000).UTC(),
+			time.Date(2262, time.April, 12, 0, 0, 0, 0, time.UTC),
+			time.Date(9999, time.December, 31, 23, 59, 59, 999999000, time.UTC),
+		}
+		var want []rheo.Event
+		for _, at := range ats {
+			ev, err := e.c.Append(e.ctx, s, rheo.Message{Payload: json.RawMessage(`{}`), Timestamp: at})
+			require.NoError(t, err)
+			require.True(t, ev.Timestamp.Equal(at), "Append: %v", ev.Timestamp)
+			want = append(want, ev)
+		}
+		requireSameEvents(t, want, e.readAll(s, 0))
+		q, err := e.c.Query(e.ctx, rheo.Query{Stream: s, OrderBy: []rheo.Order{rheo.Asc(rheo.OrderTimestamp)}})
+		require.NoError(t, err)
+		require.Equal(t, ids([]rheo.Event{want[0], want[1], want[3], want[2], want[4], want[5]}), ids(q), "ordered by timestamp")
+		for i, l := range e.fetch(s, g, rheo.FetchOptions{Limit: 10}) {
+			require.True(t, l.Event.Timestamp.Equal(ats[i]), "Fetch: %v, want %v", l.Event.Timestamp, ats[i])
+		}
+	}})
 	runCases(t, f, cases)
 }

@@ -165,7 +165,7 @@ func (b *Backend) CreateGroup(ctx context.Context, spec rheo.GroupSpec) error {
 	}
 	g := groupDoc{
 		ID: key(spec.Stream, spec.Group), Stream: spec.Stream, Group: spec.Group, Tok: newToken(), StreamTok: s.Tok,
-		MaxAttempts: spec.MaxAttempts, Start: start, StartTrim: trims, CreatedAt: toNanos(spec.CreatedAt),
+		MaxAttempts: spec.MaxAttempts, Start: start, StartTrim: trims, CreatedAt: toMicros(spec.CreatedAt),
 	}
 	if _, err := b.groups.InsertOne(ctx, g); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
@@ -393,7 +393,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 // claim claims up to want deliveries of partition p: claimable ones below
 // the cursor first, then events not offered yet, all in sequence order.
 func (b *Backend) claim(ctx context.Context, s *streamDoc, g *groupDoc, cache *batchCache, p, want int, hw int64, r rheo.FetchRequest) ([]rheo.Lease, error) {
-	now := r.Now.UnixNano()
+	now := r.Now.UnixMicro()
 	var claimed []delivery
 	events := map[int64]rheo.Event{}
 	err := b.change(ctx, g, p, func(st *pstate) (bool, error) {
@@ -462,8 +462,8 @@ func (b *Backend) lease(d *delivery, r rheo.FetchRequest) {
 	d.Attempt++
 	d.Lease = r.NewLeaseID()
 	d.Consumer = r.ConsumerID
-	d.LeasedAt = r.Now.UnixNano()
-	d.ExpiresAt = r.Now.Add(r.LeaseDuration).UnixNano()
+	d.LeasedAt = r.Now.UnixMicro()
+	d.ExpiresAt = r.Now.Add(r.LeaseDuration).UnixMicro()
 	d.AvailableAt = 0
 }
 
@@ -494,7 +494,7 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.T
 		if err != nil {
 			return false, err
 		}
-		d.ExpiresAt = expiresAt.UnixNano()
+		d.ExpiresAt = expiresAt.UnixMicro()
 		return true, nil
 	})
 }
@@ -545,18 +545,18 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 				case rheo.SettleAck:
 					d.Status = stAcked
 				case rheo.SettleReject:
-					d.Status, d.Reason, d.DeadAt = stDead, r.Reason, now.UnixNano()
+					d.Status, d.Reason, d.DeadAt = stDead, r.Reason, now.UnixMicro()
 				case rheo.SettleNack:
 					if d.Attempt >= g.MaxAttempts {
-						d.Status, d.Reason, d.DeadAt = stDead, "max_attempts: "+r.Reason, now.UnixNano()
+						d.Status, d.Reason, d.DeadAt = stDead, "max_attempts: "+r.Reason, now.UnixMicro()
 					} else {
-						d.Status, d.Reason, d.AvailableAt = stAvailable, r.Reason, toNanos(r.AvailableAt)
+						d.Status, d.Reason, d.AvailableAt = stAvailable, r.Reason, toMicros(r.AvailableAt)
 						nackedHere = true
 					}
 				case rheo.SettleRelease:
 					// Handed back unhandled: due at once, the claim not
 					// counted, the reason kept, never dead-lettered.
-					d.Status, d.AvailableAt = stAvailable, toNanos(now)
+					d.Status, d.AvailableAt = stAvailable, toMicros(now)
 					d.Attempt--
 					nackedHere = true
 				}
@@ -689,7 +689,7 @@ func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, 
 			}
 			out = append(out, rheo.DeadLetter{
 				EventID: d.EventID, Partition: p, Sequence: d.Seq, Attempts: d.Attempt,
-				Reason: d.Reason, DeadLetteredAt: fromNanos(d.DeadAt), Event: evs[0],
+				Reason: d.Reason, DeadLetteredAt: fromMicros(d.DeadAt), Event: evs[0],
 			})
 		}
 	}

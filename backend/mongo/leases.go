@@ -44,7 +44,7 @@ func (b *Backend) Leases(ctx context.Context, stream, group string, eventIDs []s
 			}
 			out = append(out, rheo.Lease{
 				ID: d.Lease, Stream: stream, Group: group, ConsumerID: d.Consumer, Attempt: d.Attempt,
-				LeasedAt: fromNanos(d.LeasedAt), ExpiresAt: fromNanos(d.ExpiresAt), Event: evs[0],
+				LeasedAt: fromMicros(d.LeasedAt), ExpiresAt: fromMicros(d.ExpiresAt), Event: evs[0],
 			})
 		}
 	}

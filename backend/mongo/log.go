@@ -31,7 +31,7 @@ type streamDoc struct {
 }
 
 func (s *streamDoc) info() rheo.StreamInfo {
-	return rheo.StreamInfo{Name: s.Name, Partitions: s.Partitions, CreatedAt: fromNanos(s.CreatedAt),
+	return rheo.StreamInfo{Name: s.Name, Partitions: s.Partitions, CreatedAt: fromMicros(s.CreatedAt),
 		Retention: rheo.Retention{MaxAge: time.Duration(s.MaxAge), MaxEvents: s.MaxEvents, Interest: s.Interest}}
 }
 
@@ -72,19 +72,12 @@ type pointerDoc struct {
 	Batch    int64  `bson:"n"`
 }
 
-func toNanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
+// Times are stored as int64 microseconds since the Unix epoch: every time
+// rheo keeps (year 1 to 9999, to the microsecond) fits, where nanoseconds
+// would overflow outside 1677-2262.
+func toMicros(t time.Time) int64 { return t.UnixMicro() }
 
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
+func fromMicros(n int64) time.Time { return time.UnixMicro(n).UTC() }
 
 func (e *evDoc) event(stream string) rheo.Event {
 	var md map[string]string
@@ -97,7 +90,7 @@ func (e *evDoc) event(stream string) rheo.Event {
 	}
 	return rheo.Event{
 		ID: e.ID, Stream: stream, Partition: e.Partition, Sequence: e.Sequence,
-		Type: e.Type, Key: e.Key, Timestamp: fromNanos(e.Timestamp),
+		Type: e.Type, Key: e.Key, Timestamp: fromMicros(e.Timestamp),
 		Payload: pl, Metadata: md,
 	}
 }
@@ -118,7 +111,7 @@ func (b *Backend) stream(ctx context.Context, name string) (*streamDoc, error) {
 // CreateStream implements rheo.Backend: the insert of the stream's document
 // decides who created it.
 func (b *Backend) CreateStream(ctx context.Context, info rheo.StreamInfo) error {
-	doc := streamDoc{Name: info.Name, Tok: newToken(), Partitions: info.Partitions, CreatedAt: toNanos(info.CreatedAt),
+	doc := streamDoc{Name: info.Name, Tok: newToken(), Partitions: info.Partitions, CreatedAt: toMicros(info.CreatedAt),
 		MaxAge: int64(info.Retention.MaxAge), MaxEvents: info.Retention.MaxEvents, Interest: info.Retention.Interest}
 	if _, err := b.streams.InsertOne(ctx, doc); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
@@ -410,7 +403,7 @@ func (b *Backend) Append(ctx context.Context, name string, evs []rheo.Event) ([]
 			e.Metadata = md
 			doc.Events = append(doc.Events, evDoc{
 				ID: e.ID, Partition: e.Partition, Sequence: e.Sequence, Type: e.Type, Key: e.Key,
-				Timestamp: toNanos(e.Timestamp), Payload: e.Payload, Metadata: md,
+				Timestamp: toMicros(e.Timestamp), Payload: e.Payload, Metadata: md,
 			})
 			out[i] = e
 		}

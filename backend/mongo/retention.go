@@ -115,10 +115,10 @@ func (b *Backend) LeaseRetention(ctx context.Context, stream, owner string, now,
 		if err != nil {
 			return false, readErr(err, "retention lease of stream %q", stream)
 		}
-		if v > 0 && cur.Owner != owner && cur.Until > now.UnixNano() {
+		if v > 0 && cur.Owner != owner && cur.Until > now.UnixMicro() {
 			return false, nil
 		}
-		if _, err := b.states.InsertOne(ctx, leaseDoc{ID: versionID(base, v+1), Stream: s.Name, StreamTk: s.Tok, Owner: owner, Until: until.UnixNano()}); err != nil {
+		if _, err := b.states.InsertOne(ctx, leaseDoc{ID: versionID(base, v+1), Stream: s.Name, StreamTk: s.Tok, Owner: owner, Until: until.UnixMicro()}); err != nil {
 			if mongo.IsDuplicateKeyError(err) {
 				if err := backoff(ctx, attempt); err != nil {
 					return false, readErr(err, "retention lease of stream %q", stream)
