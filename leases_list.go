@@ -54,18 +54,9 @@ func (c *Client) Leases(ctx context.Context, stream, group string, opts LeaseLis
 	if !ok {
 		return nil, Errorf(ErrUnsupported, "this backend cannot list leases")
 	}
-	ids := opts.EventIDs
-	if len(ids) > 1 {
-		seen := make(map[string]bool, len(ids))
-		ids = make([]string, 0, len(ids))
-		for _, e := range opts.EventIDs {
-			if !seen[e] {
-				seen[e] = true
-				ids = append(ids, e)
-			}
-		}
-	}
-	ls, err := ll.Leases(ctx, stream, group, ids, limit)
+	// Every backend lists a repeated ID's lease once (LeaseLister), so the
+	// IDs go as given.
+	ls, err := ll.Leases(ctx, stream, group, opts.EventIDs, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,15 @@ func fill(b testing.TB, c *rheo.Client, stream string, n int) {
 	}
 }
 
+// stream4 returns a backend over a fresh schema and a client of it whose
+// stream "s" has 4 partitions.
+func stream4(tb testing.TB) (*postgres.Backend, *rheo.Client) {
+	be := newBackend(tb)
+	c := rheo.New(be)
+	require.NoError(tb, c.CreateStream(context.Background(), "s", rheo.StreamConfig{Partitions: 4}))
+	return be, c
+}
+
 // backlog returns a client over a fresh schema whose stream "s" of the
 // given partitions holds n events, with group "g" created and the events
 // table analyzed, as a long-running table would be.
@@ -56,10 +65,8 @@ func backlog(b *testing.B, partitions, n int) *rheo.Client {
 
 // BenchmarkAppendBatch100 appends batches of 100 events from 2 goroutines.
 func BenchmarkAppendBatch100(b *testing.B) {
-	be := newBackend(b)
-	c := rheo.New(be)
+	be, c := stream4(b)
 	ctx := context.Background()
-	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	// RHEO_BENCH_DROP_INDEX=name measures append without one index.
 	if idx := os.Getenv("RHEO_BENCH_DROP_INDEX"); idx != "" {
 		_, err := be.Pool().Exec(ctx, "DROP INDEX "+be.Schema()+"."+idx)
@@ -88,10 +95,8 @@ func BenchmarkAppendBatch100(b *testing.B) {
 // "postgres append 1000" does; run with -cpuprofile or -memprofile to see
 // the client's side.
 func BenchmarkAppendBatch1000(b *testing.B) {
-	be := newBackend(b)
-	c := rheo.New(be)
+	_, c := stream4(b)
 	ctx := context.Background()
-	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	msgs := make([]rheo.Message, 1000)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -333,10 +338,8 @@ var _ = postgres.DefaultSchema
 // serialize per partition (commit order is sequence order), so producers
 // of different partitions run in parallel.
 func BenchmarkAppendBatch100PerPartition(b *testing.B) {
-	be := newBackend(b)
-	c := rheo.New(be)
+	_, c := stream4(b)
 	ctx := context.Background()
-	require.NoError(b, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	var next atomic.Int32
 	b.ResetTimer()
 	start := time.Now()

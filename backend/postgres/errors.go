@@ -73,6 +73,7 @@ func classify(err error, write bool, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		hint := misconfigured(err)
 		switch {
 		case pe.Code == "23505":
 			return rheo.Wrap(rheo.ErrAlreadyExists, err, "%s", msg)
@@ -81,8 +82,8 @@ func classify(err error, write bool, format string, args ...any) error {
 			// Untranslatable characters (a \u0000 in a payload), bad
 			// encoding, rows too large for an index: the input is at fault.
 			return rheo.Wrap(rheo.ErrInvalidArgument, err, "%s", msg)
-		case misconfigured(err) != "":
-			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s", msg, misconfigured(err))
+		case hint != "":
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: %s", msg, hint)
 		case strings.HasPrefix(pe.Code, "08") && write:
 			return rheo.Wrap(rheo.ErrAmbiguous, err, "%s", msg)
 		}

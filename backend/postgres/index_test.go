@@ -21,10 +21,8 @@ import (
 // scans are disabled, so a filter no index can serve shows up as a scan of
 // the primary key or of the table instead of its index.
 func TestQueryFiltersUseIndexes(t *testing.T) {
-	be := newBackend(t)
-	c := rheo.New(be)
+	be, c := stream4(t)
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	base := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	msgs := make([]rheo.Message, 0, 500)
 	for i := range 2000 {

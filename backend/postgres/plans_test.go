@@ -22,10 +22,8 @@ import (
 // what keeps their cost flat as the stream grows. RHEO_EXPLAIN=1 logs the
 // plans.
 func TestHotPathPlans(t *testing.T) {
-	be := newBackend(t)
-	c := rheo.New(be)
+	be, c := stream4(t)
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	msgs := make([]rheo.Message, 100)
 	for i := range msgs {
 		msgs[i] = rheo.Message{Type: "bench", Key: strconv.Itoa(i), Payload: []byte(`{"n":1,"name":"x"}`)}
@@ -195,10 +193,8 @@ func groupArgs(args []any, now int64) []any { return append(args[:3:3], now) }
 // filled returns a backend whose stream "s" of 4 partitions holds n
 // events, with group "g" at its beginning.
 func filled(t *testing.T, n int) (*postgres.Backend, *rheo.Client) {
-	be := newBackend(t)
-	c := rheo.New(be)
+	be, c := stream4(t)
 	ctx := context.Background()
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
 	fill(t, c, "s", n)
 	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
 	return be, c

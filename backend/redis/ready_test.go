@@ -212,22 +212,7 @@ func seqs(t *testing.T, ss []string) []int64 {
 // then deletes the ready sets and watermarks (a store written by an
 // earlier version), and checks the ready sets' layout after every step.
 func TestReadySetsAgreeWithMemory(t *testing.T) {
-	const parts, maxAttempts = 2, 2 // those of rheotest.RunClockSkew
-	rc := testClient(t)
-	group := func(b rheo.Backend) string { return b.(*redis.Backend).KeyPrefix() + "{s}:g:g:" }
-	rheotest.RunClockSkew(t, func(t testing.TB) rheo.Backend {
-		rb, _ := newBackend(t)
-		return rb
-	}, rheotest.ClockSkewOptions{
-		Seeds: 6, Steps: 300,
-		Op: func(t *testing.T, b rheo.Backend) string {
-			dropReadySets(t, rc, group(b), parts)
-			return "drop ready sets"
-		},
-		Check: func(t *testing.T, b rheo.Backend, at string) {
-			checkReadySets(t, rc, group(b), parts, maxAttempts, at)
-		},
-	})
+	agreeWithMemory(t, rheotest.ClockSkewOptions{Seeds: 6, Steps: 300})
 }
 
 // TestReadySetsAgreeWithMemoryFarFuture is TestReadySetsAgreeWithMemory
@@ -235,23 +220,29 @@ func TestReadySetsAgreeWithMemory(t *testing.T) {
 // second microsecond only), moved to the microsecond: due times,
 // watermarks and lease expiries must still be exact.
 func TestReadySetsAgreeWithMemoryFarFuture(t *testing.T) {
-	const parts, maxAttempts = 2, 2
+	agreeWithMemory(t, rheotest.ClockSkewOptions{
+		Seeds: 4, Steps: 300,
+		Epoch: time.Date(2260, 1, 1, 0, 0, 0, 1000, time.UTC), Microseconds: true,
+	})
+}
+
+// agreeWithMemory runs rheotest.RunClockSkew on Redis with opts, dropping
+// the ready sets now and then and checking their layout after every step.
+func agreeWithMemory(t *testing.T, opts rheotest.ClockSkewOptions) {
+	const parts, maxAttempts = 2, 2 // those of rheotest.RunClockSkew
 	rc := testClient(t)
 	group := func(b rheo.Backend) string { return b.(*redis.Backend).KeyPrefix() + "{s}:g:g:" }
+	opts.Op = func(t *testing.T, b rheo.Backend) string {
+		dropReadySets(t, rc, group(b), parts)
+		return "drop ready sets"
+	}
+	opts.Check = func(t *testing.T, b rheo.Backend, at string) {
+		checkReadySets(t, rc, group(b), parts, maxAttempts, at)
+	}
 	rheotest.RunClockSkew(t, func(t testing.TB) rheo.Backend {
 		rb, _ := newBackend(t)
 		return rb
-	}, rheotest.ClockSkewOptions{
-		Seeds: 4, Steps: 300,
-		Epoch: time.Date(2260, 1, 1, 0, 0, 0, 1000, time.UTC), Microseconds: true,
-		Op: func(t *testing.T, b rheo.Backend) string {
-			dropReadySets(t, rc, group(b), parts)
-			return "drop ready sets"
-		},
-		Check: func(t *testing.T, b rheo.Backend, at string) {
-			checkReadySets(t, rc, group(b), parts, maxAttempts, at)
-		},
-	})
+	}, opts)
 }
 
 // TestRenewBehindWatermark: a lease renewed from a clock behind the last
