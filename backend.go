@@ -266,8 +266,9 @@ func (r SettleRequest) CheckKind() error {
 }
 
 // SettleRequest settles one lease. It succeeds only if the delivery is
-// leased under Lease.ID (ErrStaleLease otherwise) and, when the backend uses
-// receipts, under Lease.Receipt (ErrReceiptMismatch). Expiry is not checked:
+// leased under Lease.ID (ErrStaleLease otherwise, whatever the receipt) and
+// under Lease.Receipt (ErrReceiptMismatch when the ID is the current
+// lease's but the receipt is not the one issued with it). Expiry is not checked:
 // an expired lease nobody reclaimed may still settle. Terminal settles
 // advance the frontier over contiguous terminal sequences.
 type SettleRequest struct {

@@ -343,7 +343,7 @@ func (c *Client) Redrive(ctx context.Context, stream, group string, eventIDs ...
 // it will be offered again (a reset to Latest reopens none).
 func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts ResetOptions) (int, error) {
 	if !opts.Confirm {
-		return 0, Errorf(ErrConfirmRequired, "reset of group %q on stream %q forgets its progress; set Confirm", group, stream)
+		return 0, Errorf(ErrConfirmRequired, "resetting group %q of stream %q forgets its progress; set Confirm", group, stream)
 	}
 	if err := c.check(); err != nil {
 		return 0, err

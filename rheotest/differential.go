@@ -302,12 +302,6 @@ func errKind(err error) string {
 	}
 	for _, s := range sentinels {
 		if errors.Is(err, s) {
-			// A stale lease may be told as a receipt mismatch by a store
-			// with native receipts, and vice versa for one without: both
-			// are the same outcome (Lost).
-			if s == rheo.ErrReceiptMismatch {
-				return rheo.ErrStaleLease.Error()
-			}
 			return s.Error()
 		}
 	}

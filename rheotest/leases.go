@@ -1,7 +1,6 @@
 package rheotest
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -606,14 +605,48 @@ func runSettle(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			l := e.fetchN(s, g, 1)[0]
-			forged := l
-			forged.ID = uuid.NewString()
-			if l.Receipt == l.ID {
-				forged.Receipt = forged.ID
+			for _, receipt := range []string{"own", "forged"} {
+				forged := l
+				forged.ID = uuid.NewString()
+				if receipt == "forged" {
+					forged.Receipt = forged.ID
+				}
+				requireStale(t, forged, e.c.Ack(e.ctx, forged))
+				_, err := e.c.Renew(e.ctx, forged, time.Hour)
+				requireStale(t, forged, err)
 			}
-			err := e.c.Ack(e.ctx, forged)
-			require.True(t, errors.Is(err, rheo.ErrStaleLease) || errors.Is(err, rheo.ErrReceiptMismatch), "forged lease: %v", err)
 			e.ack(l)
+		}},
+		{"lease_id_of_another_current_lease_is_stale", func(t *testing.T, f Factory) {
+			// A lease is named by its ID: the ID of another event's
+			// current lease names no lease of this event, whatever the
+			// receipt (this lease's, or the other's).
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			ls := e.fetchN(s, g, 2)
+			a, b := ls[0], ls[1]
+			before := e.snapshot()
+			for _, receipt := range []string{a.Receipt, b.Receipt} {
+				crossed := a
+				crossed.ID, crossed.Receipt = b.ID, receipt
+				requireStale(t, crossed, e.c.Ack(e.ctx, crossed))
+				requireStale(t, crossed, e.c.Nack(e.ctx, crossed, "x"))
+				requireStale(t, crossed, e.c.Reject(e.ctx, crossed, "x"))
+				requireStale(t, crossed, e.c.Release(e.ctx, crossed))
+				_, err := e.c.Renew(e.ctx, crossed, time.Hour)
+				requireStale(t, crossed, err)
+				var be *rheo.BatchError
+				require.ErrorAs(t, e.c.AckBatch(e.ctx, []rheo.Lease{crossed, crossed}), &be)
+				require.Len(t, be.Errs, 2)
+				requireStale(t, crossed, be.Errs[0])
+				requireStale(t, crossed, be.Errs[1])
+			}
+			require.Equal(t, before, e.snapshot(), "a stale settle writes nothing")
+			e.ack(a)
+			e.ack(b)
+			e.requireLag(s, g, 0, 2, 2)
 		}},
 		{"tampered_receipt_is_refused_and_the_genuine_lease_still_settles", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
@@ -621,13 +654,18 @@ func runSettle(t *testing.T, f Factory) {
 			e.appendN(s, 0, 1)
 			g := e.group(s, rheo.GroupConfig{})
 			l := e.fetchN(s, g, 1)[0]
-			for _, receipt := range []string{l.Receipt[:len(l.Receipt)/2], l.Receipt + "x", "1-1", uuid.NewString()} {
+			// Receipts of every form a store issues: the lease ID, a span
+			// member's (the ID and "+span"), a stream entry ID.
+			for _, receipt := range []string{l.Receipt[:len(l.Receipt)/2], l.Receipt + "x", "1-1", uuid.NewString(), l.ID, l.ID + "+span"} {
+				if receipt == l.Receipt {
+					continue
+				}
 				bad := l
 				bad.Receipt = receipt
-				requireReceiptRefused(t, l, e.c.Ack(e.ctx, bad))
-				requireReceiptRefused(t, l, e.c.Reject(e.ctx, bad, "x"))
+				requireReceiptRefused(t, bad, e.c.Ack(e.ctx, bad))
+				requireReceiptRefused(t, bad, e.c.Reject(e.ctx, bad, "x"))
 				_, err := e.c.Renew(e.ctx, bad, time.Hour)
-				requireReceiptRefused(t, l, err)
+				requireReceiptRefused(t, bad, err)
 			}
 			require.Empty(t, e.deadLetters(s, g))
 			e.ack(l)
@@ -651,17 +689,27 @@ func runSettle(t *testing.T, f Factory) {
 	})
 }
 
-// requireReceiptRefused checks a settle with a wrong receipt failed as the
-// package documentation says: ErrReceiptMismatch for native receipts, either
-// that or ErrStaleLease when the receipt is the lease ID.
-func requireReceiptRefused(t *testing.T, genuine rheo.Lease, err error) {
+// requireReceiptRefused checks a settle with a wrong receipt failed as
+// the package documentation says: the lease's ID names its event's current
+// lease, so ErrReceiptMismatch, in the same words on every store.
+func requireReceiptRefused(t *testing.T, tampered rheo.Lease, err error) {
 	t.Helper()
-	if genuine.Receipt != genuine.ID {
-		require.ErrorIs(t, err, rheo.ErrReceiptMismatch)
-		return
-	}
-	require.True(t, errors.Is(err, rheo.ErrReceiptMismatch) || errors.Is(err, rheo.ErrStaleLease),
-		"wrong receipt must be refused with ErrReceiptMismatch or ErrStaleLease, got %v", err)
+	require.ErrorIs(t, err, rheo.ErrReceiptMismatch)
+	require.Contains(t, err.Error(), leaseWords(tampered)+": the receipt is not the one the lease was issued with")
+}
+
+// requireStale checks that a settle or renewal of l failed with
+// ErrStaleLease, in the same words on every store.
+func requireStale(t *testing.T, l rheo.Lease, err error) {
+	t.Helper()
+	require.ErrorIs(t, err, rheo.ErrStaleLease)
+	require.Contains(t, err.Error(), leaseWords(l))
+}
+
+// leaseWords is how every store names a lease in its fencing errors.
+func leaseWords(l rheo.Lease) string {
+	return fmt.Sprintf("lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
+		l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
 }
 
 func runRetry(t *testing.T, f Factory) {

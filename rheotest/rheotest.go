@@ -19,11 +19,12 @@
 // concurrency (competing fetchers, Fetch with Wait).
 //
 // Receipts: a backend without a native claim identity sets Lease.Receipt to
-// Lease.ID. For such a backend a tampered receipt may be reported as either
-// ErrReceiptMismatch or ErrStaleLease (the receipt is the lease ID, so a
-// wrong one names no current lease). A backend with native receipts
-// (Receipt != ID) must report ErrReceiptMismatch. In both cases the genuine
-// lease must still settle afterwards.
+// Lease.ID. Whatever the receipts, a settle or renewal whose lease ID is not
+// the current lease of its event must fail with ErrStaleLease, and one whose
+// ID is the current lease's but whose receipt is not the one issued with it
+// with ErrReceiptMismatch; both name the lease in the same words on every
+// store (see requireStale and requireReceiptRefused), and the genuine lease
+// must still settle afterwards.
 package rheotest
 
 import (

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/leaseerr"
 )
 
 const poisonReason = "max_attempts: lease expired"
@@ -118,15 +119,15 @@ func (b *Backend) lease(s *stream, g *group, p int, d *delivery, r rheo.FetchReq
 func current(g *group, l rheo.Lease) (*gpart, *delivery, error) {
 	p := l.Event.Partition
 	if p < 0 || p >= len(g.parts) {
-		return nil, nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s: no partition %d", l.ID, p)
+		return nil, nil, leaseerr.Stale(l)
 	}
 	gp := g.parts[p]
 	d := gp.dels[l.Event.Sequence]
 	if d == nil || d.status != leased || d.leaseID != l.ID || d.eventID != l.Event.ID {
-		return nil, nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q", l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
+		return nil, nil, leaseerr.Stale(l)
 	}
 	if l.Receipt != d.leaseID {
-		return nil, nil, rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q", l.ID, l.Event.ID, g.name)
+		return nil, nil, leaseerr.Mismatch(l)
 	}
 	return gp, d, nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/leaseerr"
 )
 
 // groupDoc describes a group. Like a stream, every creation gets a fresh
@@ -471,10 +472,10 @@ func (b *Backend) lease(d *delivery, r rheo.FetchRequest) {
 func current(st *pstate, group string, l rheo.Lease) (*delivery, error) {
 	d := st.find(l.Event.Sequence)
 	if d == nil || d.Status != stLeased || d.Lease != l.ID || d.EventID != l.Event.ID {
-		return nil, rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q", l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
+		return nil, leaseerr.Stale(l)
 	}
 	if l.Receipt != d.Lease {
-		return nil, rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q", l.ID, l.Event.ID, group)
+		return nil, leaseerr.Mismatch(l)
 	}
 	return d, nil
 }
@@ -487,7 +488,7 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.T
 	}
 	p := l.Event.Partition
 	if p < 0 || p >= s.Partitions {
-		return rheo.Errorf(rheo.ErrStaleLease, "lease %s: no partition %d", l.ID, p)
+		return leaseerr.Stale(l)
 	}
 	return b.change(ctx, g, p, func(st *pstate) (bool, error) {
 		d, err := current(st, g.Group, l)
@@ -515,7 +516,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 		}
 		p := r.Lease.Event.Partition
 		if p < 0 || p >= s.Partitions {
-			errs[i] = rheo.Errorf(rheo.ErrStaleLease, "lease %s: no partition %d", r.Lease.ID, p)
+			errs[i] = leaseerr.Stale(r.Lease)
 			continue
 		}
 		byPart[p] = append(byPart[p], i)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/leaseerr"
 	stored "github.com/rheo-go/rheo/internal/payload"
 	"github.com/rheo-go/rheo/internal/sqlstore"
 )
@@ -645,7 +646,7 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	}
 	tok, valid := spanTokenOf(l)
 	if !valid {
-		return receiptMismatch(l)
+		return b.staleOrMismatch(ctx, g, l)
 	}
 	// Rows hold a lease under its receipt (a span member's row too).
 	args := []any{g.id, l.Event.Partition, l.Event.Sequence, l.Receipt, expiresAt.UnixMicro(), l.Event.ID}
@@ -683,18 +684,6 @@ func spanTokenOf(l rheo.Lease) (string, bool) {
 		return sqlstore.SpanToken(l.ID, l.Event.Sequence), true
 	}
 	return "", false
-}
-
-func staleLease(l rheo.Lease) error {
-	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
-		l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
-}
-
-// receiptMismatch: this backend's receipt is the lease ID, so a lease whose
-// receipt differs from its ID was tampered with; it settles nothing.
-func receiptMismatch(l rheo.Lease) error {
-	return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q of stream %q: receipt is not the lease's",
-		l.ID, l.Event.ID, l.Group, l.Stream)
 }
 
 // settleSQL settles a batch in one statement: acks delete their rows (the
@@ -1007,13 +996,13 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 			errs[i] = kindErr
 			continue
 		case named[pos]:
-			errs[i] = staleLease(l)
+			errs[i] = leaseerr.Stale(l)
 			continue
 		case l.Event.Partition < 0 || l.Event.Partition >= g.parts:
-			errs[i] = staleLease(l)
+			errs[i] = leaseerr.Stale(l)
 			continue
 		case !valid:
-			errs[i] = receiptMismatch(l)
+			errs[i] = b.staleOrMismatch(ctx, g, l)
 			continue
 		}
 		named[pos] = true
@@ -1132,21 +1121,30 @@ SELECT EXISTS (
 )`
 
 // staleOrMismatch is the error of a settle or renewal that found no
-// current lease: ErrReceiptMismatch when the lease is current under the
-// receipt of the other kind (a row's lease given a span member's receipt,
-// or the reverse), as a backend with native receipts reports it, else
+// current lease under l's receipt: ErrReceiptMismatch when l's ID names the
+// current lease of its event under a receipt of another form (a row's
+// lease given a span member's receipt, the reverse, or a receipt of
+// neither form), as a backend with native receipts reports it, else
 // ErrStaleLease.
 func (b *Backend) staleOrMismatch(ctx context.Context, g groupRef, l rheo.Lease) error {
-	other, tok := l.ID+sqlstore.SpanReceipt, sqlstore.SpanToken(l.ID, l.Event.Sequence)
-	if l.Receipt != l.ID {
-		other, tok = l.ID, ""
+	type form struct{ receipt, tok string }
+	row := form{l.ID, ""}
+	member := form{l.ID + sqlstore.SpanReceipt, sqlstore.SpanToken(l.ID, l.Event.Sequence)}
+	forms := []form{row, member}
+	switch l.Receipt {
+	case row.receipt:
+		forms = forms[1:]
+	case member.receipt:
+		forms = forms[:1]
 	}
-	var current bool
-	err := b.pool.QueryRow(ctx, b.otherReceiptSQL, g.id, l.Event.Partition, l.Event.Sequence, other, l.Event.ID, tok).Scan(&current)
-	if err == nil && current {
-		return receiptMismatch(l)
+	for _, f := range forms {
+		var current bool
+		err := b.pool.QueryRow(ctx, b.otherReceiptSQL, g.id, l.Event.Partition, l.Event.Sequence, f.receipt, l.Event.ID, f.tok).Scan(&current)
+		if err == nil && current {
+			return leaseerr.Mismatch(l)
+		}
 	}
-	return staleLease(l)
+	return leaseerr.Stale(l)
 }
 
 // subset returns the elements of xs whose positions j satisfy keep(j).

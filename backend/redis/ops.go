@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/leaseerr"
 )
 
 // run calls a script on the stream whose key base is base; base is always
@@ -404,11 +405,9 @@ func leaseErr(code int64, l rheo.Lease) error {
 	case 0:
 		return nil
 	case 2:
-		return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q: receipt %q",
-			l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream, l.Receipt)
+		return leaseerr.Mismatch(l)
 	}
-	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
-		l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
+	return leaseerr.Stale(l)
 }
 
 // Renew implements rheo.Backend.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/leaseerr"
 )
 
 const poisonReason = "max_attempts: lease expired"
@@ -596,14 +597,6 @@ func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time)
 	})
 }
 
-func staleLease(l rheo.Lease) error {
-	return rheo.Errorf(rheo.ErrStaleLease, "lease %s of event %q (partition %d, sequence %d) in group %q of stream %q", l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
-}
-
-func receiptMismatch(l rheo.Lease) error {
-	return rheo.Errorf(rheo.ErrReceiptMismatch, "lease %s of event %q in group %q of stream %q", l.ID, l.Event.ID, l.Group, l.Stream)
-}
-
 // settleRow is a delivery row as Settle reads it.
 type settleRow struct {
 	status  int
@@ -632,7 +625,7 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 			}
 			p := r.Lease.Event.Partition
 			if p < 0 || p >= ref.parts {
-				errs[i] = staleLease(r.Lease)
+				errs[i] = leaseerr.Stale(r.Lease)
 				continue
 			}
 			byPart[p] = append(byPart[p], i)
@@ -680,11 +673,11 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 				row := cur[l.Event.Sequence]
 				if row == nil || row.status != statusLeased || row.eventID != l.Event.ID ||
 					(row.leaseID.String != l.ID && !isSpanReceiptOf(row.leaseID.String, l.ID)) {
-					errs[i] = staleLease(l)
+					errs[i] = leaseerr.Stale(l)
 					continue
 				}
 				if row.leaseID.String != l.Receipt || !receiptValid(l) {
-					errs[i] = receiptMismatch(l)
+					errs[i] = leaseerr.Mismatch(l)
 					continue
 				}
 				row.status = -1 // settled: a second request for it in this batch is stale

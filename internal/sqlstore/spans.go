@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/leaseerr"
 )
 
 // A span (table rheo_spans, schema version 4) stands for the leased
@@ -365,7 +366,7 @@ func (s *Store) staleOrMismatch(ctx context.Context, t *writeTx, streamID int64,
 		}
 	}
 	if n == 0 {
-		return staleLease(l)
+		return leaseerr.Stale(l)
 	}
-	return receiptMismatch(l)
+	return leaseerr.Mismatch(l)
 }
