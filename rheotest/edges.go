@@ -2,6 +2,7 @@ package rheotest
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,55 @@ import (
 // give exactly the same answer.
 func runEdges(t *testing.T, f Factory) {
 	runCases(t, f, []testCase{
+		{"sequence_bounds_at_the_largest_int64_read_and_query_nothing", func(t *testing.T, f Factory) {
+			// After the last sequence there is nothing, however far after:
+			// a bound one past it must not overflow into the stream.
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 3)
+			e.appendN(s, 1, 2)
+			for _, after := range []int64{math.MaxInt64, math.MaxInt64 - 1, 3} {
+				evs, err := e.c.Read(e.ctx, s, rheo.ReadOptions{Partition: 0, After: after, Limit: 10_000})
+				require.NoError(t, err, "after %d", after)
+				require.Empty(t, evs, "after %d", after)
+				for _, order := range []rheo.Order{rheo.Asc(rheo.OrderSequence), rheo.Desc(rheo.OrderSequence), rheo.Asc(rheo.OrderID)} {
+					evs, err := e.c.Query(e.ctx, rheo.Query{Stream: s, AfterSequence: after, OrderBy: []rheo.Order{order}})
+					require.NoError(t, err, "after %d, %v", after, order)
+					require.Empty(t, evs, "after %d, %v", after, order)
+				}
+			}
+			evs, err := e.c.Query(e.ctx, rheo.Query{Stream: s, AfterSequence: 1, UntilSequence: math.MaxInt64})
+			require.NoError(t, err)
+			require.Len(t, evs, 3, "sequences 2 and 3 of partition 0, 2 of partition 1")
+		}},
+		{"rotation_starts_at_the_first_partition_for_a_new_group_of_an_old_name", func(t *testing.T, f Factory) {
+			// The first fetch of a group starts with the first requested
+			// partition: also for a group created again under a deleted
+			// one's name, and after fetches that failed because the group
+			// did not exist yet.
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 1)
+			e.appendN(s, 1, 1)
+			first := func(g string) int {
+				t.Helper()
+				ls := e.fetch(s, g, rheo.FetchOptions{Limit: 1})
+				require.Len(t, ls, 1)
+				return ls[0].Event.Partition
+			}
+			g := e.group(s, rheo.GroupConfig{})
+			require.Equal(t, 0, first(g))
+			require.NoError(t, e.c.DeleteGroup(e.ctx, s, g, rheo.DeleteOptions{Confirm: true}))
+			require.NoError(t, e.c.CreateGroup(e.ctx, s, g, rheo.GroupConfig{}))
+			require.Equal(t, 0, first(g), "a group created again starts over")
+			later := Name("g")
+			for range 3 {
+				_, err := e.c.Fetch(e.ctx, s, later, rheo.FetchOptions{Limit: 1})
+				require.ErrorIs(t, err, rheo.ErrGroupNotFound)
+			}
+			require.NoError(t, e.c.CreateGroup(e.ctx, s, later, rheo.GroupConfig{}))
+			require.Equal(t, 0, first(later), "failed fetches do not step the rotation")
+		}},
 		{"far_future_times_are_exact_to_the_microsecond", func(t *testing.T, f Factory) {
 			// Past 2^53 µs since 1970 (mid-2255) a float64 no longer holds
 			// every microsecond: lease expiries, nack due times and listed

@@ -1,6 +1,7 @@
 package rheotest
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -437,6 +438,8 @@ func runInspect(t *testing.T, f Factory) {
 			e.ack(ls[1])
 			_, err := e.c.DeadLetters(e.ctx, s, g, rheo.DeadLetterOptions{After: "missing-cursor"})
 			require.ErrorIs(t, err, rheo.ErrCursorNotFound)
+			// The same words on every store.
+			require.Contains(t, err.Error(), fmt.Sprintf("event %q is not a dead letter of group %q of stream %q", "missing-cursor", g, s))
 			_, err = e.c.DeadLetters(e.ctx, s, g, rheo.DeadLetterOptions{After: ls[1].Event.ID})
 			require.ErrorIs(t, err, rheo.ErrCursorNotFound, "an acked event is not a dead letter")
 			other := e.group(s, rheo.GroupConfig{})

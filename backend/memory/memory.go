@@ -466,6 +466,9 @@ func (b *Backend) Read(_ context.Context, name string, partition int, after int6
 	}
 	l := s.parts[partition]
 	after = max(after, l.trimmed)
+	if after >= l.len() { // (after+limit could overflow)
+		return []rheo.Event{}, nil
+	}
 	end := min(after+int64(limit), l.len())
 	out := make([]rheo.Event, 0, max(end-after, 0))
 	for seq := after + 1; seq <= end; seq++ {

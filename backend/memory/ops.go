@@ -56,7 +56,7 @@ func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, li
 			ok = d != nil && d.status == dead
 		}
 		if !ok {
-			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q", after, group)
+			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q of stream %q", after, group, stream)
 		}
 		start = pos{at.partition, at.seq + 1}
 	}

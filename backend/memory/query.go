@@ -40,6 +40,9 @@ func (b *Backend) Query(_ context.Context, q rheo.QuerySpec) ([]rheo.Event, erro
 		if q.UntilSequence > 0 {
 			hi = min(hi, q.UntilSequence)
 		}
+		if lo >= hi { // (lo+1 could overflow)
+			continue
+		}
 		n := 0
 		for i := lo + 1; i <= hi && n < perPart; i++ {
 			seq := i

@@ -338,7 +338,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	cache := b.newBatchCache(s)
 	k := len(r.Partitions)
 	b.rrMu.Lock()
-	rrKey := key(r.Stream, r.Group)
+	rrKey := g.Tok // a group created again under the name starts over
 	first := b.rr[rrKey] % k
 	b.rr[rrKey]++
 	b.rrMu.Unlock()
@@ -663,7 +663,7 @@ func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, 
 			ok = d != nil && d.Status == stDead
 		}
 		if !ok {
-			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q", after, group)
+			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q of stream %q", after, group, stream)
 		}
 		startP, startSeq = e.Partition, e.Sequence+1
 	}

@@ -543,6 +543,9 @@ func (b *Backend) Read(ctx context.Context, name string, partition int, after in
 		return nil, err
 	}
 	after = max(after, t)
+	if after >= hw[partition] { // (after+limit could overflow)
+		return []rheo.Event{}, nil
+	}
 	return cache.readRange(ctx, partition, after+1, min(after+int64(limit), hw[partition]))
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,6 +205,7 @@ func (b *Backend) Append(ctx context.Context, stream string, events []rheo.Event
 
 // Read implements rheo.Backend.
 func (b *Backend) Read(ctx context.Context, stream string, partition int, after int64, limit int) ([]rheo.Event, error) {
+	after = min(after, math.MaxInt64-1) // no entry lies past it; after+1 must not overflow
 	v, err := b.run(ctx, readScript, b.streamBase(stream), partition, entryID(after+1), limit)
 	if err != nil {
 		if nf := notFound(err, stream, ""); nf != nil {
@@ -306,7 +308,8 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	exp := max(r.Now.Add(r.LeaseDuration).UnixMicro(), now+1)
 	args := make([]any, 0, 7+k+r.Limit)
 	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
-	off := b.rotate(groupBase(base, r.Group), k)
+	gb := groupBase(base, r.Group)
+	off := b.rotate(gb, k)
 	for i := range k {
 		args = append(args, r.Partitions[(off+i)%k])
 	}
@@ -318,6 +321,7 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	args = append(args, r.ConsumerID)
 	v, err := b.run(ctx, script, base, args...)
 	if err != nil {
+		b.unrotate(gb, off)
 		if nf := notFound(err, r.Stream, r.Group); nf != nil {
 			return nil, nf
 		}
@@ -709,6 +713,31 @@ func (b *Backend) rotate(group string, k int) int {
 	n := b.rr[group]
 	b.rr[group] = n + 1
 	return n % k
+}
+
+// unrotate takes back the step of a fetch that claimed nothing because it
+// failed (a missing group, say), unless another fetch has stepped since:
+// the group's first fetch that runs starts with the first partition.
+func (b *Backend) unrotate(group string, off int) {
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	if n := b.rr[group]; n > 0 && (n-1) == off {
+		b.rr[group] = n - 1
+	}
+}
+
+// forgetRotation drops the rotation of the groups under base (a group's
+// base, or a stream's: every group of it), deleted by this process, so
+// that a group created again under the name starts with the first
+// partition, as a new group does on every backend.
+func (b *Backend) forgetRotation(base string) {
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	for g := range b.rr {
+		if strings.HasPrefix(g, base) {
+			delete(b.rr, g)
+		}
+	}
 }
 
 // partGroup is a run of a batch's items in one partition: n of them.

@@ -17,6 +17,9 @@ func (b *Backend) DeleteGroup(ctx context.Context, stream, group string) error {
 	if nf := notFound(err, stream, group); nf != nil {
 		return nf
 	}
+	if err == nil {
+		b.forgetRotation(groupBase(b.streamBase(stream), group))
+	}
 	return b.writeErr(err, "delete group %q of stream %q", group, stream)
 }
 
@@ -30,6 +33,7 @@ func (b *Backend) DeleteStream(ctx context.Context, stream string) error {
 	if err != nil {
 		return b.writeErr(err, "delete stream %q", stream)
 	}
+	b.forgetRotation(b.streamBase(stream))
 	return b.writeErr(b.c.HDel(ctx, b.registryKey(), stream).Err(), "delete stream %q: registry", stream)
 }
 

@@ -206,7 +206,7 @@ func (s *Store) DeadLetters(ctx context.Context, stream, group, after string, li
 			"ON d.grp_id = ? AND d.part = e.part AND d.seq = e.seq AND d.status = 2 WHERE e.stream_id = ? AND e.id = ?",
 			g.id, ref.id, after).Scan(&fromPart, &fromSeq)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q", after, group)
+			return nil, rheo.Errorf(rheo.ErrCursorNotFound, "event %q is not a dead letter of group %q of stream %q", after, group, stream)
 		}
 		if err != nil {
 			return nil, s.classify(err, "dead letters of group %q", group)
