@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"slices"
@@ -73,9 +74,12 @@ type Client struct {
 	notifier Notifier
 	closed   atomic.Bool
 
-	// streams caches partition counts: a stream's partition count never
-	// changes (DeleteStream drops the entry in this client).
-	streams sync.Map // string -> int
+	// streams caches partition counts (a stream's never changes, but
+	// another process may delete it and create another under its name with
+	// another count): entries are read again after partitionCountAge, or
+	// when the backend or a partition named in a request says they are out
+	// of date; DeleteStream drops the entry in this client.
+	streams sync.Map // string -> partitionCountEntry
 
 	// retentionOwner names this client in stream retention leases.
 	retentionOwner string
@@ -254,17 +258,62 @@ func normDuration(d time.Duration) time.Duration {
 	return d.Truncate(time.Microsecond)
 }
 
-// partitionCount returns the stream's partition count (ErrStreamNotFound).
+// partitionCountAge is how long, by the client's clock, a cached partition
+// count is used before it is read again: how long a client keeps routing
+// keys by the count of a stream another process deleted and created again
+// with another count (a partition named in a request that the cached count
+// does not have is checked at once).
+const partitionCountAge = 10 * time.Second
+
+type partitionCountEntry struct {
+	n  int
+	at time.Time
+}
+
+// partitionCount returns the stream's partition count (ErrStreamNotFound),
+// from the cache while it is fresh.
 func (c *Client) partitionCount(ctx context.Context, stream string) (int, error) {
-	if n, ok := c.streams.Load(stream); ok {
-		return n.(int), nil
+	n, _, err := c.cachedPartitionCount(ctx, stream)
+	return n, err
+}
+
+// cachedPartitionCount is partitionCount, and whether the count came from
+// the cache.
+func (c *Client) cachedPartitionCount(ctx context.Context, stream string) (int, bool, error) {
+	if v, ok := c.streams.Load(stream); ok {
+		e := v.(partitionCountEntry)
+		if age := c.opts.clock.Now().Sub(e.at); age >= 0 && age < partitionCountAge {
+			return e.n, true, nil
+		}
 	}
 	st, err := c.b.Stream(ctx, stream)
 	if err != nil {
+		if errors.Is(err, ErrStreamNotFound) {
+			c.streams.Delete(stream)
+		}
+		return 0, false, err
+	}
+	c.streams.Store(stream, partitionCountEntry{st.Partitions, c.opts.clock.Now()})
+	return st.Partitions, false, nil
+}
+
+// checkPartitions runs check with the stream's partition count and
+// returns it. When check refuses a partition (ErrInvalidPartition) under a
+// cached count, the count is read again and check runs once more: another
+// process may have created the stream again with more partitions.
+func (c *Client) checkPartitions(ctx context.Context, stream string, check func(n int) error) (int, error) {
+	n, cached, err := c.cachedPartitionCount(ctx, stream)
+	if err != nil {
 		return 0, err
 	}
-	c.streams.Store(stream, st.Partitions)
-	return st.Partitions, nil
+	if err := check(n); err == nil || !cached || !errors.Is(err, ErrInvalidPartition) {
+		return n, err
+	}
+	c.streams.Delete(stream)
+	if n, _, err = c.cachedPartitionCount(ctx, stream); err != nil {
+		return 0, err
+	}
+	return n, check(n)
 }
 
 // subscribe returns a channel signalled when work may have become claimable

@@ -3,6 +3,7 @@ package rheo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -103,7 +104,7 @@ func (c *Client) CreateStream(ctx context.Context, stream string, cfg StreamConf
 	if err := c.b.CreateStream(ctx, StreamInfo{Name: stream, Partitions: n, CreatedAt: c.now(), Retention: cfg.Retention}); err != nil {
 		return err
 	}
-	c.streams.Store(stream, n)
+	c.streams.Store(stream, partitionCountEntry{n, c.opts.clock.Now()})
 	return nil
 }
 
@@ -137,7 +138,18 @@ func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) (
 	if err != nil || len(evs) == 0 {
 		return evs, err
 	}
-	return c.b.Append(ctx, stream, evs)
+	evs, err = c.b.Append(ctx, stream, evs)
+	if errors.Is(err, ErrInvalidPartition) || errors.Is(err, ErrStreamNotFound) {
+		// The stream was deleted, maybe created again with fewer
+		// partitions, since its count was cached: route again by the
+		// count it has now.
+		c.streams.Delete(stream)
+		if evs, err = c.PrepareAppend(ctx, stream, ms); err != nil || len(evs) == 0 {
+			return evs, err
+		}
+		evs, err = c.b.Append(ctx, stream, evs)
+	}
+	return evs, err
 }
 
 // PrepareAppend validates messages exactly as AppendBatch does and returns
@@ -305,12 +317,14 @@ func (c *Client) Read(ctx context.Context, stream string, opts ReadOptions) ([]E
 	if opts.After < 0 {
 		return nil, Errorf(ErrInvalidArgument, "read after %d is negative", opts.After)
 	}
-	n, err := c.partitionCount(ctx, stream)
+	_, err = c.checkPartitions(ctx, stream, func(n int) error {
+		if opts.Partition < 0 || opts.Partition >= n {
+			return Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", opts.Partition, stream, n)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	if opts.Partition < 0 || opts.Partition >= n {
-		return nil, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", opts.Partition, stream, n)
 	}
 	return c.b.Read(ctx, stream, opts.Partition, opts.After, limit)
 }

@@ -35,11 +35,11 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 	if err := checkStreamGroup(stream, group); err != nil {
 		return Lag{}, err
 	}
-	n, err := c.partitionCount(ctx, stream)
-	if err != nil {
-		return Lag{}, err
-	}
-	parts, err := scope(stream, partitions, n)
+	var parts []int
+	_, err := c.checkPartitions(ctx, stream, func(n int) (err error) {
+		parts, err = scope(stream, partitions, n)
+		return err
+	})
 	if err != nil {
 		return Lag{}, err
 	}

@@ -91,11 +91,11 @@ func (c *Client) Fetch(ctx context.Context, stream, group string, opts FetchOpti
 	} else if err := checkName("consumer", opts.ConsumerID); err != nil {
 		return nil, err
 	}
-	n, err := c.partitionCount(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	parts, err := scope(stream, opts.Partitions, n)
+	var parts []int
+	_, err = c.checkPartitions(ctx, stream, func(n int) (err error) {
+		parts, err = scope(stream, opts.Partitions, n)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -198,14 +198,13 @@ func (c *Client) checkLease(ctx context.Context, l Lease) error {
 	if l.Event.Sequence < 1 {
 		return Errorf(ErrInvalidArgument, "lease %s: event sequence %d", l.ID, l.Event.Sequence)
 	}
-	n, err := c.partitionCount(ctx, l.Stream)
-	if err != nil {
-		return err
-	}
-	if l.Event.Partition < 0 || l.Event.Partition >= n {
-		return Errorf(ErrInvalidPartition, "lease %s: partition %d of stream %q (it has %d)", l.ID, l.Event.Partition, l.Stream, n)
-	}
-	return nil
+	_, err := c.checkPartitions(ctx, l.Stream, func(n int) error {
+		if l.Event.Partition < 0 || l.Event.Partition >= n {
+			return Errorf(ErrInvalidPartition, "lease %s: partition %d of stream %q (it has %d)", l.ID, l.Event.Partition, l.Stream, n)
+		}
+		return nil
+	})
+	return err
 }
 
 // Renew extends the lease to now+d (d 0 means the default lease duration)

@@ -169,14 +169,15 @@ func (c *Client) querySpec(ctx context.Context, q Query) (QuerySpec, error) {
 	if q.AfterSequence < 0 || q.UntilSequence < 0 {
 		return QuerySpec{}, Errorf(ErrInvalidArgument, "query sequence bounds (%d, %d) are negative", q.AfterSequence, q.UntilSequence)
 	}
-	n, err := c.partitionCount(ctx, q.Stream)
+	asked := q.Partitions
+	n, err := c.checkPartitions(ctx, q.Stream, func(n int) (err error) {
+		if len(asked) > 0 {
+			q.Partitions, err = scope(q.Stream, asked, n)
+		}
+		return err
+	})
 	if err != nil {
 		return QuerySpec{}, err
-	}
-	if len(q.Partitions) > 0 {
-		if q.Partitions, err = scope(q.Stream, q.Partitions, n); err != nil {
-			return QuerySpec{}, err
-		}
 	}
 	for k, v := range q.Metadata {
 		if err := checkName("metadata key", k); err != nil {

@@ -68,11 +68,11 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 	if err := checkStreamGroup(stream, group); err != nil {
 		return 0, err
 	}
-	n, err := c.partitionCount(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	parts, err := scope(stream, partitions, n)
+	var parts []int
+	_, err = c.checkPartitions(ctx, stream, func(n int) (err error) {
+		parts, err = scope(stream, partitions, n)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}

@@ -19,6 +19,9 @@ func (b *Backend) Fetch(_ context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, g, err := b.group(r.Stream, r.Group)
+	if err == nil {
+		err = checkParts[int](s, r.Stream, r.Partitions, nil)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -464,6 +464,9 @@ func (b *Backend) Read(_ context.Context, name string, partition int, after int6
 	if err != nil {
 		return nil, err
 	}
+	if err := checkParts[int](s, name, []int{partition}, nil); err != nil {
+		return nil, err
+	}
 	l := s.parts[partition]
 	after = max(after, l.trimmed)
 	if after >= l.len() { // (after+limit could overflow)
@@ -544,4 +547,21 @@ func (b *Backend) DeliveryCount(stream, group string) int {
 		n += len(gp.dels)
 	}
 	return n
+}
+
+// checkParts refuses a partition the stream does not have: a client checks
+// the partitions it names against a count it caches, which another client
+// may have made out of date by creating the stream again with fewer.
+func checkParts[V any](s *stream, name string, parts []int, m map[int]V) error {
+	for _, p := range parts {
+		if p < 0 || p >= len(s.parts) {
+			return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, name, len(s.parts))
+		}
+	}
+	for p := range m {
+		if p < 0 || p >= len(s.parts) {
+			return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, name, len(s.parts))
+		}
+	}
+	return nil
 }

@@ -245,3 +245,10 @@ func BenchmarkAppendFresh(b *testing.B) {
 
 // freshPayload is the peers benchmark's payload: about 100 bytes, new each time.
 func freshPayload(i int) []byte { return sample.Order(make([]byte, 0, 128), i) }
+
+func TestShared(t *testing.T) {
+	rheotest.RunShared(t, func(testing.TB) (rheo.Backend, rheo.Backend) {
+		b := memory.New()
+		return b, b
+	})
+}

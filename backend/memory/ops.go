@@ -84,6 +84,9 @@ func (b *Backend) DeadLetters(_ context.Context, stream, group, after string, li
 func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) (int, error) {
 	b.mu.Lock()
 	s, g, err := b.group(r.Stream, r.Group)
+	if err == nil {
+		err = checkParts(s, r.Stream, nil, r.FromSequence)
+	}
 	if err != nil {
 		b.mu.Unlock()
 		return 0, err
@@ -161,6 +164,9 @@ func (b *Backend) Redrive(_ context.Context, stream, group string, ids []string)
 func (b *Backend) ResetGroup(_ context.Context, stream, group string, start map[int]int64) (int, error) {
 	b.mu.Lock()
 	s, g, err := b.group(stream, group)
+	if err == nil {
+		err = checkParts(s, stream, nil, start)
+	}
 	if err != nil {
 		b.mu.Unlock()
 		return 0, err

@@ -18,6 +18,9 @@ func (b *Backend) Query(_ context.Context, q rheo.QuerySpec) ([]rheo.Event, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := checkParts[int](s, q.Stream, q.Partitions, nil); err != nil {
+		return nil, err
+	}
 	parts := q.Partitions
 	if len(parts) == 0 {
 		parts = make([]int, len(s.parts))

@@ -13,8 +13,9 @@ import (
 	stored "github.com/rheo-go/rheo/internal/payload"
 )
 
-// stream resolves a stream name to its id and partition count (cached:
-// streams are never deleted and their partition count never changes).
+// stream resolves a stream name to its id and partition count, cached: a
+// stream's partition count never changes, but another process may delete
+// it and create another under the name, which appends check for (errMoved).
 func (b *Backend) stream(ctx context.Context, q pgx.Tx, name string) (streamRef, error) {
 	b.cacheMu.RLock()
 	r, ok := b.streams[name]
@@ -41,8 +42,45 @@ func (b *Backend) stream(ctx context.Context, q pgx.Tx, name string) (streamRef,
 	return r, nil
 }
 
-// group resolves (stream, group) to ids (cached: groups are never deleted
-// and their MaxAttempts never changes). A missing stream is reported first.
+// forget drops the cached ids of a stream and its groups (group == ""), or
+// of one group.
+func (b *Backend) forget(stream, group string) {
+	b.cacheMu.Lock()
+	defer b.cacheMu.Unlock()
+	if group != "" {
+		delete(b.groups, [2]string{stream, group})
+		return
+	}
+	delete(b.streams, stream)
+	for k := range b.groups {
+		if k[0] == stream {
+			delete(b.groups, k)
+		}
+	}
+}
+
+// moved reports whether the group that g, cached, stood for is no longer
+// there under its name: another process deleted it or its stream (and
+// maybe created another under the name). It resolves the names afresh,
+// which refreshes the cache, and returns ErrStreamNotFound or
+// ErrGroupNotFound when they are gone. Fetch, Settle and Renew call it
+// when what they found could come from such ids (nothing to fetch, a lease
+// that is not current) and run again when it reports true.
+func (b *Backend) moved(ctx context.Context, stream, group string, g groupRef) (bool, error) {
+	b.forget(stream, "")
+	now, err := b.group(ctx, stream, group)
+	return err == nil && now.id != g.id, err
+}
+
+// errMoved: an append found no counters under the cached id of its stream,
+// which another process deleted: it runs again with the name resolved
+// afresh.
+var errMoved = errors.New("the stream's cached id is gone")
+
+// group resolves (stream, group) to ids, cached: a group's id and
+// MaxAttempts never change, but another process may delete it and create
+// another under the name, which Fetch, Settle and Renew check for (moved).
+// A missing stream is reported first.
 func (b *Backend) group(ctx context.Context, stream, name string) (groupRef, error) {
 	k := [2]string{stream, name}
 	b.cacheMu.RLock()
@@ -155,6 +193,19 @@ func (b *Backend) Append(ctx context.Context, stream string, evs []rheo.Event) (
 		return nil, err
 	}
 	out, err := b.appendFast(ctx, s, stream, evs)
+	if errors.Is(err, errMoved) || errors.Is(err, rheo.ErrInvalidPartition) {
+		// The cached stream is gone, or has fewer partitions than the
+		// client routed by: another process may have created it again.
+		b.forget(stream, "")
+		now, rerr := b.stream(ctx, nil, stream)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if errors.Is(err, errMoved) || now.id != s.id {
+			s = now
+			out, err = b.appendFast(ctx, s, stream, evs)
+		}
+	}
 	if err == nil {
 		return out, nil
 	}
@@ -213,6 +264,9 @@ func (b *Backend) appendFast(ctx context.Context, s streamRef, stream string, ev
 	}
 	if err != nil {
 		return nil, err
+	}
+	if inserted == 0 && len(base) == 0 {
+		return nil, errMoved // no counters under the stream's cached id
 	}
 	if inserted != int64(n) || len(base) != touched {
 		return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: %d of %d events confirmed", stream, inserted, n)
@@ -401,6 +455,9 @@ func (b *Backend) appendIn(ctx context.Context, q rowQuerier, s streamRef, strea
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	if seen == 0 && n > 0 {
+		return nil, errMoved // neither stored nor appended: no counters under the stream's cached id
+	}
 	if seen != n {
 		return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "postgres: append to stream %q: %d of %d events confirmed", stream, seen, n)
 	}
@@ -430,6 +487,13 @@ func AppendTx(ctx context.Context, c *rheo.Client, tx pgx.Tx, stream string, msg
 		return nil, err
 	}
 	out, err := b.appendIn(ctx, tx, s, stream, evs)
+	if errors.Is(err, errMoved) {
+		b.forget(stream, "")
+		if s, err = b.stream(ctx, tx, stream); err != nil {
+			return nil, err
+		}
+		out, err = b.appendIn(ctx, tx, s, stream, evs)
+	}
 	if err != nil {
 		return nil, classify(err, true, "postgres: append to stream %q in transaction", stream)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -431,10 +432,23 @@ const (
 // is claimable, the statement waits for them instead of returning
 // empty-handed.
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	var g groupRef
+	leases, err := b.fetchGroup(ctx, r, &g)
+	if err != nil || len(leases) > 0 {
+		return leases, err
+	}
+	if moved, err := b.moved(ctx, r.Stream, r.Group, g); err != nil || !moved {
+		return leases, err
+	}
+	return b.fetchGroup(ctx, r, &g)
+}
+
+func (b *Backend) fetchGroup(ctx context.Context, r rheo.FetchRequest, gOut *groupRef) ([]rheo.Lease, error) {
 	g, err := b.group(ctx, r.Stream, r.Group)
 	if err != nil {
 		return nil, err
 	}
+	*gOut = g
 	parts := make([]int32, len(r.Partitions))
 	for i, p := range r.Partitions {
 		if p < 0 || p >= g.parts {
@@ -640,10 +654,23 @@ func memberIDs(q string) string {
 
 // Renew implements rheo.Backend.
 func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
+	var g groupRef
+	err := b.renew(ctx, l, expiresAt, &g)
+	if !lost(err) {
+		return err
+	}
+	if moved, merr := b.moved(ctx, l.Stream, l.Group, g); merr != nil || !moved {
+		return cmp.Or(merr, err)
+	}
+	return b.renew(ctx, l, expiresAt, &g)
+}
+
+func (b *Backend) renew(ctx context.Context, l rheo.Lease, expiresAt time.Time, gOut *groupRef) error {
 	g, err := b.group(ctx, l.Stream, l.Group)
 	if err != nil {
 		return err
 	}
+	*gOut = g
 	tok, valid := spanTokenOf(l)
 	if !valid {
 		return b.staleOrMismatch(ctx, g, l)
@@ -962,10 +989,33 @@ UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 
 // Settle implements rheo.Backend in one statement per batch.
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	var g groupRef
+	errs, err := b.settleBatch(ctx, stream, group, reqs, now, &g)
+	if err != nil || !slices.ContainsFunc(errs, lost) {
+		return errs, err
+	}
+	if moved, err := b.moved(ctx, stream, group, g); err != nil || !moved {
+		if err != nil {
+			return nil, err
+		}
+		return errs, nil
+	}
+	return b.settleBatch(ctx, stream, group, reqs, now, &g)
+}
+
+// lost reports whether err says a lease is not current: what a settle or a
+// renewal finds, too, with the cached ids of a group another process has
+// deleted.
+func lost(err error) bool {
+	return errors.Is(err, rheo.ErrStaleLease) || errors.Is(err, rheo.ErrReceiptMismatch)
+}
+
+func (b *Backend) settleBatch(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time, gOut *groupRef) ([]error, error) {
 	g, err := b.group(ctx, stream, group)
 	if err != nil {
 		return nil, err
 	}
+	*gOut = g
 	errs := make([]error, len(reqs))
 	n := len(reqs)
 	parts := make([]int32, 0, n)

@@ -110,3 +110,14 @@ func TestDifferentialWide(t *testing.T) {
 		Seeds: 2, Partitions: 40,
 	})
 }
+
+func TestShared(t *testing.T) {
+	testPool(t)
+	rheotest.RunShared(t, func(t testing.TB) (rheo.Backend, rheo.Backend) {
+		a := newBackend(t)
+		b, err := postgres.New(testPool(t), postgres.WithSchema(a.Schema()))
+		require.NoError(t, err)
+		t.Cleanup(func() { b.Close() })
+		return a, b
+	})
+}

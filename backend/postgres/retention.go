@@ -10,23 +10,14 @@ import (
 // DeleteGroup implements rheo.Backend.
 func (b *Backend) DeleteGroup(ctx context.Context, stream, group string) error {
 	err := b.store.DeleteGroup(ctx, stream, group)
-	b.cacheMu.Lock()
-	delete(b.groups, [2]string{stream, group})
-	b.cacheMu.Unlock()
+	b.forget(stream, group)
 	return err
 }
 
 // DeleteStream implements rheo.Backend.
 func (b *Backend) DeleteStream(ctx context.Context, stream string) error {
 	err := b.store.DeleteStream(ctx, stream)
-	b.cacheMu.Lock()
-	delete(b.streams, stream)
-	for k := range b.groups {
-		if k[0] == stream {
-			delete(b.groups, k)
-		}
-	}
-	b.cacheMu.Unlock()
+	b.forget(stream, "")
 	return err
 }
 

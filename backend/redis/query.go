@@ -41,6 +41,9 @@ func (b *Backend) Query(ctx context.Context, q rheo.QuerySpec) ([]rheo.Event, er
 	var out []rheo.Event
 	scanned := 0
 	for _, p := range parts {
+		if p < 0 || p >= len(st.HighWatermarks) { // a client's cached count may be out of date
+			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, q.Stream, len(st.HighWatermarks))
+		}
 		lo := max(q.AfterSequence, q.After[p]) // exclusive
 		hi := st.HighWatermarks[p]             // inclusive
 		if q.UntilSequence > 0 {

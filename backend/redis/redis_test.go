@@ -178,3 +178,12 @@ func TestDifferentialWide(t *testing.T) {
 		Seeds: 2, Partitions: 40,
 	})
 }
+
+func TestShared(t *testing.T) {
+	rheotest.RunShared(t, func(t testing.TB) (rheo.Backend, rheo.Backend) {
+		a, c := newBackend(t)
+		b := mustNew(t, c, redis.WithKeyPrefix(a.KeyPrefix()))
+		t.Cleanup(func() { _ = b.Close() })
+		return a, b
+	})
+}

@@ -95,3 +95,17 @@ func TestDifferentialWide(t *testing.T) {
 		Seeds: 1, Steps: 120, Partitions: 40,
 	})
 }
+
+func TestShared(t *testing.T) {
+	rheotest.RunShared(t, func(t testing.TB) (rheo.Backend, rheo.Backend) {
+		path := filepath.Join(t.TempDir(), "rheo.db")
+		var bs [2]rheo.Backend
+		for i := range bs {
+			b, err := sqlite.Open(context.Background(), path)
+			require.NoError(t, err)
+			t.Cleanup(func() { b.Close() })
+			bs[i] = b
+		}
+		return bs[0], bs[1]
+	})
+}

@@ -19,24 +19,44 @@ const (
 	statusDead      = 2
 )
 
-// group resolves (stream, group); a missing stream is reported first.
-// Positive answers are cached: groups are never deleted and their id and
-// MaxAttempts never change.
+// group resolves (stream, group) afresh; a missing stream is reported
+// first. Another process may have deleted either and created another under
+// the name, so only the hot paths use the cache (cachedGroup), and check
+// what they find (moved). What it finds refreshes the cache.
 func (s *Store) group(ctx context.Context, x execer, stream, group string) (streamRef, groupRef, error) {
 	ref, err := s.stream(ctx, x, stream)
 	if err != nil {
 		return ref, groupRef{}, err
 	}
-	k := groupKey{ref.id, group}
+	return s.lookupGroup(ctx, x, ref, stream, group)
+}
+
+// cachedGroup is group from the cache when it holds the ids: for the hot
+// paths (fetch, settle, renew), which call moved when what they find could
+// come from ids another process has since deleted.
+func (s *Store) cachedGroup(ctx context.Context, x execer, stream, group string) (streamRef, groupRef, error) {
+	ref, err := s.cachedStream(ctx, x, stream)
+	if err != nil {
+		return ref, groupRef{}, err
+	}
 	s.cacheMu.RLock()
-	g, ok := s.groups[k]
+	g, ok := s.groups[groupKey{ref.id, group}]
 	s.cacheMu.RUnlock()
 	if ok {
 		return ref, g, nil
 	}
-	err = x.queryRow(ctx, "SELECT id, max_attempts FROM rheo_groups WHERE stream_id = ? AND name = ?", ref.id, group).
+	return s.lookupGroup(ctx, x, ref, stream, group)
+}
+
+func (s *Store) lookupGroup(ctx context.Context, x execer, ref streamRef, stream, group string) (streamRef, groupRef, error) {
+	k := groupKey{ref.id, group}
+	var g groupRef
+	err := x.queryRow(ctx, "SELECT id, max_attempts FROM rheo_groups WHERE stream_id = ? AND name = ?", ref.id, group).
 		Scan(&g.id, &g.maxAttempts)
 	if errors.Is(err, sql.ErrNoRows) {
+		s.cacheMu.Lock()
+		delete(s.groups, k)
+		s.cacheMu.Unlock()
 		return ref, g, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
 	}
 	if err != nil {
@@ -46,6 +66,22 @@ func (s *Store) group(ctx context.Context, x execer, stream, group string) (stre
 	s.groups[k] = g
 	s.cacheMu.Unlock()
 	return ref, g, nil
+}
+
+// moved reports whether the stream, and the group when group != "", that
+// the cached ids ref and g stood for are no longer there under their names
+// (another process deleted them, and maybe created others under the
+// names): it resolves the names afresh, which refreshes the cache, and
+// returns ErrStreamNotFound or ErrGroupNotFound when they are gone. A hot
+// path calls it when what it found could come from such ids (nothing to
+// fetch, read or settle), and runs again when it reports true.
+func (s *Store) moved(ctx context.Context, x execer, stream, group string, ref streamRef, g groupRef) (bool, error) {
+	if group == "" {
+		now, err := s.stream(ctx, x, stream)
+		return err == nil && now.id != ref.id, err
+	}
+	nowRef, nowG, err := s.group(ctx, x, stream, group)
+	return err == nil && (nowRef.id != ref.id || nowG.id != g.id), err
 }
 
 // CreateGroup implements rheo.Backend.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -29,13 +30,27 @@ type claimable struct {
 // claims those rows and materializes the events past the cursor directly as
 // leased deliveries.
 func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	var ref streamRef
+	var g groupRef
+	leases, err := s.fetch(ctx, r, &ref, &g)
+	if err != nil || len(leases) > 0 {
+		return leases, err
+	}
+	if moved, err := s.moved(ctx, s.reader(), r.Stream, r.Group, ref, g); err != nil || !moved {
+		return leases, err
+	}
+	return s.fetch(ctx, r, &ref, &g)
+}
+
+func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRef, gOut *groupRef) ([]rheo.Lease, error) {
 	var leases []rheo.Lease
 	err := s.write(ctx, "fetch from group "+quote(r.Group), func(t *writeTx) error {
 		leases = leases[:0]
-		ref, g, err := s.group(ctx, t.execer, r.Stream, r.Group)
+		ref, g, err := s.cachedGroup(ctx, t.execer, r.Stream, r.Group)
 		if err != nil {
 			return err
 		}
+		*refOut, *gOut = ref, g
 		for _, p := range r.Partitions {
 			if p < 0 || p >= ref.parts {
 				return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, r.Stream, ref.parts)
@@ -561,12 +576,33 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 }
 
 // Renew implements rheo.Backend.
-func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
+func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.Time) error {
+	var ref streamRef
+	var g groupRef
+	err := s.renew(ctx, l, expiresAt, &ref, &g)
+	if !lost(err) {
+		return err
+	}
+	if moved, merr := s.moved(ctx, s.reader(), l.Stream, l.Group, ref, g); merr != nil || !moved {
+		return cmp.Or(merr, err)
+	}
+	return s.renew(ctx, l, expiresAt, &ref, &g)
+}
+
+// lost reports whether err says a lease is not current: what a settle or a
+// renewal finds, too, with the cached ids of a group another process has
+// deleted.
+func lost(err error) bool {
+	return errors.Is(err, rheo.ErrStaleLease) || errors.Is(err, rheo.ErrReceiptMismatch)
+}
+
+func (s *Store) renew(ctx context.Context, l rheo.Lease, expiresAt time.Time, refOut *streamRef, gOut *groupRef) error {
 	return s.write(ctx, "renew lease "+l.ID, func(t *writeTx) error {
-		ref, g, err := s.group(ctx, t.execer, l.Stream, l.Group)
+		ref, g, err := s.cachedGroup(ctx, t.execer, l.Stream, l.Group)
 		if err != nil {
 			return err
 		}
+		*refOut, *gOut = ref, g
 		if !receiptValid(l) {
 			return s.staleOrMismatch(ctx, t, ref.id, g, l)
 		}
@@ -611,12 +647,29 @@ type settleRow struct {
 // are compacted at once; the frontier is derived from what stays pending)
 // and updates nacked and dead-lettered rows one by one.
 func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
+	var ref streamRef
+	var g groupRef
+	errs, err := s.settle(ctx, stream, group, reqs, now, &ref, &g)
+	if err != nil || !slices.ContainsFunc(errs, lost) {
+		return errs, err
+	}
+	if moved, err := s.moved(ctx, s.reader(), stream, group, ref, g); err != nil || !moved {
+		if err != nil {
+			return nil, err
+		}
+		return errs, nil
+	}
+	return s.settle(ctx, stream, group, reqs, now, &ref, &g)
+}
+
+func (s *Store) settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time, refOut *streamRef, gOut *groupRef) ([]error, error) {
 	errs := make([]error, len(reqs))
 	err := s.write(ctx, "settle in group "+quote(group), func(t *writeTx) error {
-		ref, g, err := s.group(ctx, t.execer, stream, group)
+		ref, g, err := s.cachedGroup(ctx, t.execer, stream, group)
 		if err != nil {
 			return err
 		}
+		*refOut, *gOut = ref, g
 		byPart := map[int][]int{}
 		for i, r := range reqs {
 			errs[i] = nil

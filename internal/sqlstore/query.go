@@ -91,23 +91,22 @@ func BuildQuery(d Dialect, streamID int64, q rheo.QuerySpec) *Builder {
 
 // Query implements rheo.Backend.
 func (s *Store) Query(ctx context.Context, q rheo.QuerySpec) ([]rheo.Event, error) {
-	x := s.reader()
-	ref, err := s.stream(ctx, x, q.Stream)
-	if err != nil {
-		return nil, s.classify(err, "query stream %q", q.Stream)
-	}
-	for _, p := range q.Partitions {
-		if p < 0 || p >= ref.parts {
-			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, q.Stream, ref.parts)
+	var out []rheo.Event
+	err := s.again(ctx, s.reader(), q.Stream, func(ref streamRef) (bool, error) {
+		for _, p := range q.Partitions {
+			if p < 0 || p >= ref.parts {
+				return false, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, q.Stream, ref.parts)
+			}
 		}
-	}
-	b := BuildQuery(s.d, ref.id, q)
-	// Query shapes vary without bound: run them unprepared and uncached.
-	rows, err := s.r.QueryContext(ctx, s.d.Rebind(b.SQL()), b.Args()...)
-	if err != nil {
-		return nil, s.classify(err, "query stream %q", q.Stream)
-	}
-	out, err := scanEvents(rows, q.Stream, []rheo.Event{})
+		b := BuildQuery(s.d, ref.id, q)
+		// Query shapes vary without bound: run them unprepared and uncached.
+		rows, err := s.r.QueryContext(ctx, s.d.Rebind(b.SQL()), b.Args()...)
+		if err != nil {
+			return false, err
+		}
+		out, err = scanEvents(rows, q.Stream, []rheo.Event{})
+		return len(out) > 0, err
+	})
 	if err != nil {
 		return nil, s.classify(err, "query stream %q", q.Stream)
 	}

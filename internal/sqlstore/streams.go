@@ -12,19 +12,30 @@ import (
 	"github.com/rheo-go/rheo"
 )
 
-// stream resolves a stream name. Positive answers are cached: a stream's id
-// and partition count never change and streams are never deleted.
-func (s *Store) stream(ctx context.Context, x execer, name string) (streamRef, error) {
+// cachedStream is stream from the cache when it holds the name: for the
+// hot paths, which check what they find (see moved). A stream's id and
+// partition count never change, but another process may delete the
+// stream and create another under its name.
+func (s *Store) cachedStream(ctx context.Context, x execer, name string) (streamRef, error) {
 	s.cacheMu.RLock()
 	ref, ok := s.streams[name]
 	s.cacheMu.RUnlock()
 	if ok {
 		return ref, nil
 	}
+	return s.stream(ctx, x, name)
+}
+
+// stream resolves a stream name afresh; what it finds refreshes the cache.
+func (s *Store) stream(ctx context.Context, x execer, name string) (streamRef, error) {
+	var ref streamRef
 	var created int64
 	err := x.queryRow(ctx, "SELECT id, partitions, created_at FROM rheo_streams WHERE name = ?", name).
 		Scan(&ref.id, &ref.parts, &created)
 	if errors.Is(err, sql.ErrNoRows) {
+		s.cacheMu.Lock()
+		delete(s.streams, name)
+		s.cacheMu.Unlock()
 		return ref, rheo.Errorf(rheo.ErrStreamNotFound, "stream %q", name)
 	}
 	if err != nil {
@@ -140,16 +151,52 @@ var errKnownID = errors.New("an event ID is already stored")
 // events in place of the known ones.
 func (s *Store) Append(ctx context.Context, stream string, events []rheo.Event) ([]rheo.Event, error) {
 	out, err := s.appendTx(ctx, stream, events, false)
+	if errors.Is(err, rheo.ErrInvalidPartition) {
+		// The cached stream may be one another process has deleted and
+		// created again with more partitions than the cache says.
+		s.cacheMu.Lock()
+		delete(s.streams, stream)
+		s.cacheMu.Unlock()
+		err = errMoved
+	}
+	if errors.Is(err, errMoved) {
+		out, err = s.appendTx(ctx, stream, events, false)
+	}
 	if errors.Is(err, errKnownID) {
 		out, err = s.appendTx(ctx, stream, events, true)
 	}
 	return out, err
 }
 
+// errMoved: an append found no counters under the cached id of its stream,
+// which another process deleted (see moved).
+var errMoved = errors.New("the stream's cached id is gone")
+
+// again runs read with the stream's cached ids, and once more when it found
+// nothing and the stream has moved (see moved).
+func (s *Store) again(ctx context.Context, x execer, stream string, read func(ref streamRef) (found bool, err error)) error {
+	ref, err := s.cachedStream(ctx, x, stream)
+	if err != nil {
+		return err
+	}
+	if found, err := read(ref); err != nil || found {
+		return err
+	}
+	if moved, err := s.moved(ctx, x, stream, "", ref, groupRef{}); err != nil || !moved {
+		return err
+	}
+	ref, err = s.cachedStream(ctx, x, stream)
+	if err != nil {
+		return err
+	}
+	_, err = read(ref)
+	return err
+}
+
 func (s *Store) appendTx(ctx context.Context, stream string, events []rheo.Event, lookup bool) ([]rheo.Event, error) {
 	out := slices.Clone(events)
 	err := s.write(ctx, "append to stream "+quote(stream), func(t *writeTx) error {
-		ref, err := s.stream(ctx, t.execer, stream)
+		ref, err := s.cachedStream(ctx, t.execer, stream)
 		if err != nil {
 			return err
 		}
@@ -182,7 +229,13 @@ func (s *Store) appendTx(ctx context.Context, stream string, events []rheo.Event
 			var hwm int64
 			n := counts[p]
 			if err := t.queryRow(ctx, "UPDATE rheo_partitions SET hwm = hwm + ? WHERE stream_id = ? AND part = ? RETURNING hwm",
-				n, ref.id, p).Scan(&hwm); err != nil {
+				n, ref.id, p).Scan(&hwm); errors.Is(err, sql.ErrNoRows) {
+				// The cached id is of a stream another process deleted
+				// (its counters went with it): the append runs again with
+				// the name resolved afresh.
+				s.forget(ref, stream, "")
+				return errMoved
+			} else if err != nil {
 				return err
 			}
 			next[p] = hwm - n + 1
@@ -265,20 +318,19 @@ func (s *Store) events(ctx context.Context, x execer, stream string, ref streamR
 
 // Read implements rheo.Backend.
 func (s *Store) Read(ctx context.Context, stream string, partition int, after int64, limit int) ([]rheo.Event, error) {
-	x := s.reader()
-	ref, err := s.stream(ctx, x, stream)
-	if err != nil {
-		return nil, s.classify(err, "read stream %q", stream)
-	}
-	if partition < 0 || partition >= ref.parts {
-		return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", partition, stream, ref.parts)
-	}
-	rows, err := x.query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = "+PartParam+" AND seq > ? ORDER BY seq LIMIT ?",
-		ref.id, partition, after, limit)
-	if err != nil {
-		return nil, s.classify(err, "read stream %q partition %d", stream, partition)
-	}
-	out, err := scanEvents(rows, stream, make([]rheo.Event, 0, min(limit, 256)))
+	var out []rheo.Event
+	err := s.again(ctx, s.reader(), stream, func(ref streamRef) (bool, error) {
+		if partition < 0 || partition >= ref.parts {
+			return false, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", partition, stream, ref.parts)
+		}
+		rows, err := s.reader().query(ctx, "SELECT "+eventCols+" FROM rheo_events WHERE stream_id = ? AND part = "+PartParam+" AND seq > ? ORDER BY seq LIMIT ?",
+			ref.id, partition, after, limit)
+		if err != nil {
+			return false, err
+		}
+		out, err = scanEvents(rows, stream, make([]rheo.Event, 0, min(limit, 256)))
+		return len(out) > 0, err
+	})
 	if err != nil {
 		return nil, s.classify(err, "read stream %q partition %d", stream, partition)
 	}
@@ -287,12 +339,12 @@ func (s *Store) Read(ctx context.Context, stream string, partition int, after in
 
 // Events implements rheo.Backend.
 func (s *Store) Events(ctx context.Context, stream string, ids []string) ([]rheo.Event, error) {
-	x := s.reader()
-	ref, err := s.stream(ctx, x, stream)
-	if err != nil {
-		return nil, s.classify(err, "events of stream %q", stream)
-	}
-	out, err := s.events(ctx, x, stream, ref, ids)
+	var out []rheo.Event
+	err := s.again(ctx, s.reader(), stream, func(ref streamRef) (bool, error) {
+		var err error
+		out, err = s.events(ctx, s.reader(), stream, ref, ids)
+		return len(out) > 0 || len(ids) == 0, err
+	})
 	if err != nil {
 		return nil, s.classify(err, "events of stream %q", stream)
 	}

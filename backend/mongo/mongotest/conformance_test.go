@@ -62,3 +62,19 @@ func open(t testing.TB, opts ...rmongo.Option) *rmongo.Backend {
 func TestConformance(t *testing.T) {
 	rheotest.RunBackend(t, func(t testing.TB) rheo.Backend { return open(t) })
 }
+
+func TestShared(t *testing.T) {
+	rheotest.RunShared(t, func(t testing.TB) (rheo.Backend, rheo.Backend) {
+		db := srv.Database(t, client)
+		var bs [2]rheo.Backend
+		for i := range bs {
+			b, err := rmongo.New(client, db)
+			require.NoError(t, err)
+			require.NoError(t, b.Migrate(context.Background()))
+			t.Cleanup(func() { b.Close() })
+			bs[i] = b
+		}
+		require.NoError(t, srv.IndexIDs(context.Background(), db))
+		return bs[0], bs[1]
+	})
+}
