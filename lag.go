@@ -49,8 +49,8 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 	}
 	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(parts))}
 	for _, pl := range all {
-		if _, ok := slices.BinarySearch(parts, pl.Partition); !ok {
-			continue
+		if _, ok := slices.BinarySearch(parts, pl.Partition); !ok && len(partitions) > 0 {
+			continue // (with none given: every partition the store has)
 		}
 		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
 		lag.Total += pl.Lag

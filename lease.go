@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -104,9 +105,26 @@ func (c *Client) Fetch(ctx context.Context, stream, group string, opts FetchOpti
 		Partitions: parts, Limit: limit, LeaseDuration: opts.LeaseDuration,
 		NewLeaseID: id.Token,
 	}
-	if opts.Wait <= 0 {
+	fetch := func() ([]Lease, error) {
 		req.Now = c.now()
-		return c.b.Fetch(ctx, req)
+		ls, err := c.b.Fetch(ctx, req)
+		if len(opts.Partitions) == 0 && errors.Is(err, ErrInvalidPartition) {
+			// Every partition of a cached count that another process
+			// has made out of date, creating the stream again with
+			// fewer: fetch from every partition it has.
+			c.streams.Delete(stream)
+			n, err := c.partitionCount(ctx, stream)
+			if err != nil {
+				return nil, err
+			}
+			req.Partitions, _ = scope(stream, nil, n)
+			req.Now = c.now()
+			return c.b.Fetch(ctx, req)
+		}
+		return ls, err
+	}
+	if opts.Wait <= 0 {
+		return fetch()
 	}
 	// Subscribe before the first attempt so that a change between an empty
 	// fetch and the wait is not lost.
@@ -119,8 +137,7 @@ func (c *Client) Fetch(ctx context.Context, stream, group string, opts FetchOpti
 		poll = notifiedPoll
 	}
 	for {
-		req.Now = c.now()
-		leases, err := c.b.Fetch(ctx, req)
+		leases, err := fetch()
 		if err != nil || len(leases) > 0 {
 			return leases, err
 		}

@@ -137,6 +137,30 @@ func RunShared(t *testing.T, f SharedFactory) {
 			require.Len(t, evs, 8)
 			_, err = b.Query(ctx, rheo.Query{Stream: s, Partitions: []int{3}})
 			require.ErrorIs(t, err, rheo.ErrInvalidPartition)
+			require.NoError(t, a.CreateGroup(ctx, s, "g", rheo.GroupConfig{}))
+			for _, c := range []*rheo.Client{a, b} {
+				lag, err := c.Lag(ctx, s, "g")
+				require.NoError(t, err)
+				require.Len(t, lag.Partitions, 1)
+			}
+			// b's count is fresh now; a new shrink is found by the fetch.
+			require.NoError(t, a.DeleteStream(ctx, s, rheo.DeleteOptions{Confirm: true}))
+			require.NoError(t, a.CreateStream(ctx, s, rheo.StreamConfig{Partitions: 4}))
+			require.NoError(t, a.CreateGroup(ctx, s, "g", rheo.GroupConfig{}))
+			clk.Advance(10 * time.Second)
+			ls, err := b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 1})
+			require.NoError(t, err)
+			require.Empty(t, ls) // b caches 4 partitions
+			require.NoError(t, a.DeleteStream(ctx, s, rheo.DeleteOptions{Confirm: true}))
+			require.NoError(t, a.CreateStream(ctx, s, rheo.StreamConfig{Partitions: 1}))
+			require.NoError(t, a.CreateGroup(ctx, s, "g", rheo.GroupConfig{}))
+			_, err = a.Append(ctx, s, rheo.Message{ID: "one", Type: "t"})
+			require.NoError(t, err)
+			ls, err = b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 10})
+			require.NoError(t, err, "a fetch of every partition takes the partitions the stream has")
+			require.Equal(t, []string{"one"}, eventIDs(ls))
+			_, err = b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 10, Partitions: []int{2}})
+			require.ErrorIs(t, err, rheo.ErrInvalidPartition)
 
 			// More partitions: keys are routed by the new count once the
 			// cached count is older than the client's refresh interval

@@ -335,6 +335,9 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	if err := b.materialize(ctx, s, n); err != nil {
 		return nil, err
 	}
+	if err := checkParts[int](s, r.Partitions, nil); err != nil {
+		return nil, err
+	}
 	cache := b.newBatchCache(s)
 	k := len(r.Partitions)
 	b.rrMu.Lock()
@@ -700,6 +703,9 @@ func (b *Backend) DeadLetters(ctx context.Context, stream, group, after string, 
 // Replay implements rheo.Backend: one new state version per partition.
 func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 	s, g, err := b.group(ctx, r.Stream, r.Group)
+	if err == nil {
+		err = checkParts(s, nil, r.FromSequence)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -787,7 +793,10 @@ func (b *Backend) Redrive(ctx context.Context, stream, group string, ids []strin
 
 // ResetGroup implements rheo.Backend.
 func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error) {
-	_, g, err := b.group(ctx, stream, group)
+	s, g, err := b.group(ctx, stream, group)
+	if err == nil {
+		err = checkParts(s, nil, start)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -812,4 +821,24 @@ func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start ma
 	}
 	b.hub.Signal(stream)
 	return total, nil
+}
+
+// checkParts refuses a partition the stream does not have: a client checks
+// the partitions it names against a count it caches, which another client
+// may have made out of date by creating the stream again with fewer.
+func checkParts[V any](s *streamDoc, parts []int, m map[int]V) error {
+	bad := func(p int) error {
+		return rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, s.Name, s.Partitions)
+	}
+	for _, p := range parts {
+		if p < 0 || p >= s.Partitions {
+			return bad(p)
+		}
+	}
+	for p := range m {
+		if p < 0 || p >= s.Partitions {
+			return bad(p)
+		}
+	}
+	return nil
 }

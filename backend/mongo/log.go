@@ -535,8 +535,8 @@ func (b *Backend) Read(ctx context.Context, name string, partition int, after in
 	if err != nil {
 		return nil, err
 	}
-	if partition < 0 || partition >= len(hw) {
-		return []rheo.Event{}, nil
+	if err := checkParts[int](s, []int{partition}, nil); err != nil {
+		return nil, err
 	}
 	t, err := b.trimmed(ctx, name, s.Tok, partition)
 	if err != nil {
@@ -583,6 +583,9 @@ const queryChunk = 512
 // memory backend does.
 func (b *Backend) Query(ctx context.Context, q rheo.QuerySpec) ([]rheo.Event, error) {
 	s, hw, cache, err := b.readable(ctx, q.Stream)
+	if err == nil {
+		err = checkParts[int](s, q.Partitions, nil)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -89,22 +89,27 @@ func (b *Backend) group(ctx context.Context, stream, name string) (groupRef, err
 	if ok {
 		return g, nil
 	}
-	s, err := b.stream(ctx, nil, stream)
-	if err != nil {
-		return g, err
+	// Both names afresh, in one round trip: the cached stream may be one
+	// another process has deleted.
+	var id, maxAttempts *int64
+	err := b.pool.QueryRow(ctx, b.sqlf(`SELECT s.id, s.partitions, g.id, g.max_attempts FROM {S}rheo_streams s
+		LEFT JOIN {S}rheo_groups g ON g.stream_id = s.id AND g.name = $2 WHERE s.name = $1`),
+		stream, name).Scan(&g.streamID, &g.parts, &id, &maxAttempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		b.forget(stream, "")
+		return g, rheo.Errorf(rheo.ErrStreamNotFound, "stream %q", stream)
 	}
-	g.streamID, g.parts = s.id, s.parts
-	err = b.pool.QueryRow(ctx, b.sqlf(`SELECT id, max_attempts FROM {S}rheo_groups WHERE stream_id = $1 AND name = $2`),
-		s.id, name).Scan(&g.id, &g.maxAttempts)
 	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return g, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", name, stream)
-		}
-		return g, classify(err, false, "postgres: group %q on stream %q", name, stream)
+		return g, classify(err, false, "postgres: group %q of stream %q", name, stream)
 	}
 	b.cacheMu.Lock()
+	defer b.cacheMu.Unlock()
+	b.streams[stream] = streamRef{id: g.streamID, parts: g.parts}
+	if id == nil {
+		return g, rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", name, stream)
+	}
+	g.id, g.maxAttempts = *id, int(*maxAttempts)
 	b.groups[k] = g
-	b.cacheMu.Unlock()
 	return g, nil
 }
 

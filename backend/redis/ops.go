@@ -325,6 +325,9 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 		if nf := notFound(err, r.Stream, r.Group); nf != nil {
 			return nil, nf
 		}
+		if scriptCode(err) == codeNoPart {
+			return nil, noPartition(err, r.Stream)
+		}
 		return nil, b.writeErr(err, "fetch from group %q of stream %q", r.Group, r.Stream)
 	}
 	malformed := func(err error) error {

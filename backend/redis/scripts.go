@@ -542,7 +542,14 @@ local exp = ARGV[5]
 local limit = tonumber(ARGV[6])
 local k = tonumber(ARGV[7])
 local parts = {}
-for i = 1, k do parts[i] = ARGV[7 + i] end
+local np = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+for i = 1, k do
+  parts[i] = ARGV[7 + i]
+  local p = tonumber(parts[i])
+  if p < 0 or p >= np then -- a client's cached count may be out of date
+    return redis.error_reply('RHEO_NOPARTITION ' .. p .. ' ' .. np)
+  end
+end
 local idbase = 7 + k
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0

@@ -35,17 +35,14 @@ func (s *Store) group(ctx context.Context, x execer, stream, group string) (stre
 // paths (fetch, settle, renew), which call moved when what they find could
 // come from ids another process has since deleted.
 func (s *Store) cachedGroup(ctx context.Context, x execer, stream, group string) (streamRef, groupRef, error) {
-	ref, err := s.cachedStream(ctx, x, stream)
-	if err != nil {
-		return ref, groupRef{}, err
-	}
 	s.cacheMu.RLock()
-	g, ok := s.groups[groupKey{ref.id, group}]
+	ref, ok := s.streams[stream]
+	g, gok := s.groups[groupKey{ref.id, group}]
 	s.cacheMu.RUnlock()
-	if ok {
+	if ok && gok {
 		return ref, g, nil
 	}
-	return s.lookupGroup(ctx, x, ref, stream, group)
+	return s.group(ctx, x, stream, group) // (the cached stream may be gone)
 }
 
 func (s *Store) lookupGroup(ctx context.Context, x execer, ref streamRef, stream, group string) (streamRef, groupRef, error) {
