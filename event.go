@@ -159,21 +159,34 @@ func (c *Client) AppendBatch(ctx context.Context, stream string, ms []Message) (
 // outbox) use it so that their events are indistinguishable from
 // AppendBatch's.
 func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message) ([]Event, error) {
+	evs, cached, err := c.prepareAppend(ctx, stream, ms)
+	if cached && errors.Is(err, ErrInvalidPartition) {
+		// A message names a partition the cached count lacks: another
+		// process may have created the stream again with more.
+		c.streams.Delete(stream)
+		evs, _, err = c.prepareAppend(ctx, stream, ms)
+	}
+	return evs, err
+}
+
+// prepareAppend is PrepareAppend, and whether the partition count it
+// routed and checked by came from the cache.
+func (c *Client) prepareAppend(ctx context.Context, stream string, ms []Message) (_ []Event, cached bool, _ error) {
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := checkName("stream", stream); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	n, err := c.partitionCount(ctx, stream)
+	n, cached, err := c.cachedPartitionCount(ctx, stream)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if len(ms) == 0 {
-		return []Event{}, nil
+		return []Event{}, cached, nil
 	}
 	if len(ms) > MaxLimit {
-		return nil, Errorf(ErrInvalidArgument, "stream %q: batch of %d messages exceeds %d", stream, len(ms), MaxLimit)
+		return nil, cached, Errorf(ErrInvalidArgument, "stream %q: batch of %d messages exceeds %d", stream, len(ms), MaxLimit)
 	}
 	now := c.now()
 	evs := make([]Event, len(ms))
@@ -202,21 +215,21 @@ func (c *Client) PrepareAppend(ctx context.Context, stream string, ms []Message)
 		e := &evs[i]
 		if err := c.prepare(e, stream, n, m, now, &arena, &ids); err != nil {
 			if len(ms) > 1 {
-				return nil, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
+				return nil, cached, Wrap(ErrInvalidArgument, err, "stream %q: message %d", stream, i)
 			}
-			return nil, err
+			return nil, cached, err
 		}
 		if ms[i].ID != "" && len(ms) > 1 {
 			if seen == nil {
 				seen = map[string]int{}
 			}
 			if j, dup := seen[e.ID]; dup {
-				return nil, Errorf(ErrInvalidArgument, "stream %q: messages %d and %d share ID %q", stream, j, i, e.ID)
+				return nil, cached, Errorf(ErrInvalidArgument, "stream %q: messages %d and %d share ID %q", stream, j, i, e.ID)
 			}
 			seen[e.ID] = i
 		}
 	}
-	return evs, nil
+	return evs, cached, nil
 }
 
 // prepare fills the zero Event e from m, in place: e is an element of the

@@ -47,6 +47,14 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 	if err != nil {
 		return Lag{}, err
 	}
+	for _, p := range parts {
+		if len(partitions) > 0 && p >= len(all) {
+			// The cached count was out of date: another process made
+			// the stream again with fewer partitions.
+			c.streams.Delete(stream)
+			return Lag{}, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, len(all))
+		}
+	}
 	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(parts))}
 	for _, pl := range all {
 		if _, ok := slices.BinarySearch(parts, pl.Partition); !ok && len(partitions) > 0 {

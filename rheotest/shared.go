@@ -162,6 +162,68 @@ func RunShared(t *testing.T, f SharedFactory) {
 			_, err = b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 10, Partitions: []int{2}})
 			require.ErrorIs(t, err, rheo.ErrInvalidPartition)
 
+			// Every request that names a partition, with b's count out of
+			// date both ways.
+			for _, grow := range []bool{true, false} {
+				from, to := 1, 4
+				if !grow {
+					from, to = 4, 1
+				}
+				require.NoError(t, a.DeleteStream(ctx, s, rheo.DeleteOptions{Confirm: true}))
+				require.NoError(t, a.CreateStream(ctx, s, rheo.StreamConfig{Partitions: from}))
+				require.NoError(t, a.CreateGroup(ctx, s, "g", rheo.GroupConfig{}))
+				clk.Advance(10 * time.Second)
+				_, err = b.Lag(ctx, s, "g") // b caches from
+				require.NoError(t, err)
+				require.NoError(t, a.DeleteStream(ctx, s, rheo.DeleteOptions{Confirm: true}))
+				require.NoError(t, a.CreateStream(ctx, s, rheo.StreamConfig{Partitions: to}))
+				require.NoError(t, a.CreateGroup(ctx, s, "g", rheo.GroupConfig{}))
+				p := 3
+				check := func(what string, err error) {
+					t.Helper()
+					if grow {
+						require.NoError(t, err, "%s of partition 3, which the stream has now", what)
+					} else {
+						require.ErrorIs(t, err, rheo.ErrInvalidPartition, "%s of partition 3, which the stream lacks now", what)
+					}
+				}
+				_, err = b.Append(ctx, s, rheo.Message{Type: "t", Partition: &p})
+				check("append", err)
+				_, err = b.Read(ctx, s, rheo.ReadOptions{Partition: 3})
+				check("read", err)
+				_, err = b.Query(ctx, rheo.Query{Stream: s, Partitions: []int{3}})
+				check("query", err)
+				_, err = b.Lag(ctx, s, "g", 3)
+				check("lag", err)
+				_, err = b.Replay(ctx, s, "g", rheo.FromSequence(0), 3)
+				check("replay", err)
+				_, err = b.ResetGroup(ctx, s, "g", rheo.ResetOptions{Confirm: true, Start: rheo.Beginning(), Partitions: []int{3}})
+				check("reset", err)
+				_, err = b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 10, Partitions: []int{3}})
+				check("fetch", err)
+				if grow {
+					continue
+				}
+				// A replay of every partition of b's out-of-date count
+				// (4; the stream has 1) is refused whole or done right,
+				// never half done.
+				_, err = a.Append(ctx, s, rheo.Message{Type: "t"})
+				require.NoError(t, err)
+				ls, err := a.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 10})
+				require.NoError(t, err)
+				require.NoError(t, a.AckBatch(ctx, ls))
+				n, err := b.Replay(ctx, s, "g", rheo.FromSequence(0))
+				lag, lerr := a.Lag(ctx, s, "g")
+				require.NoError(t, lerr)
+				if err != nil {
+					require.ErrorIs(t, err, rheo.ErrInvalidPartition)
+					require.Zero(t, lag.Total, "a refused replay reopens nothing")
+				} else {
+					require.Equal(t, 1, n)
+					require.EqualValues(t, 1, lag.Total)
+				}
+			}
+
 			// More partitions: keys are routed by the new count once the
 			// cached count is older than the client's refresh interval
 			// (10 s), and a partition named in a request is checked at once.

@@ -341,9 +341,13 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	cache := b.newBatchCache(s)
 	k := len(r.Partitions)
 	b.rrMu.Lock()
-	rrKey := g.Tok // a group created again under the name starts over
-	first := b.rr[rrKey] % k
-	b.rr[rrKey]++
+	rrKey := key(r.Stream, r.Group)
+	rot := b.rr[rrKey]
+	if rot.tok != g.Tok { // a group created again under the name starts over
+		rot = rotation{tok: g.Tok}
+	}
+	first := rot.n % k
+	b.rr[rrKey] = rotation{tok: g.Tok, n: rot.n + 1}
 	b.rrMu.Unlock()
 	quota := (r.Limit + k - 1) / k
 	var leases []rheo.Lease

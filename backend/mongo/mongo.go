@@ -65,7 +65,7 @@ type Backend struct {
 	headC  map[string]int64
 
 	rrMu sync.Mutex
-	rr   map[string]int
+	rr   map[string]rotation // by key(stream, group)
 
 	hub    notify.Hub
 	poller poller
@@ -103,7 +103,7 @@ func New(client *mongo.Client, database string, opts ...Option) (*Backend, error
 		heads:    db.Collection(cfg.prefix + "heads"),
 		meta:     db.Collection(cfg.prefix + "meta"),
 		headC:    map[string]int64{},
-		rr:       map[string]int{},
+		rr:       map[string]rotation{},
 	}
 	b.poller.init(b)
 	b.hub.OnFirst = b.poller.start
@@ -295,4 +295,12 @@ func notSent(err error) bool {
 
 func isCtx(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// rotation is where a group's next fetch starts: its step count, for the
+// group created with token tok (one created again under the name starts
+// over).
+type rotation struct {
+	tok string
+	n   int
 }

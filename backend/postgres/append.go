@@ -67,7 +67,7 @@ func (b *Backend) forget(stream, group string) {
 // when what they found could come from such ids (nothing to fetch, a lease
 // that is not current) and run again when it reports true.
 func (b *Backend) moved(ctx context.Context, stream, group string, g groupRef) (bool, error) {
-	b.forget(stream, "")
+	b.forget(stream, group) // (the stream's other groups keep theirs)
 	now, err := b.group(ctx, stream, group)
 	return err == nil && now.id != g.id, err
 }
@@ -492,12 +492,18 @@ func AppendTx(ctx context.Context, c *rheo.Client, tx pgx.Tx, stream string, msg
 		return nil, err
 	}
 	out, err := b.appendIn(ctx, tx, s, stream, evs)
-	if errors.Is(err, errMoved) {
+	if errors.Is(err, errMoved) || errors.Is(err, rheo.ErrInvalidPartition) {
+		// As in Append: the cached stream may be gone, or have been
+		// created again with more partitions.
 		b.forget(stream, "")
-		if s, err = b.stream(ctx, tx, stream); err != nil {
-			return nil, err
+		now, rerr := b.stream(ctx, tx, stream)
+		if rerr != nil {
+			return nil, rerr
 		}
-		out, err = b.appendIn(ctx, tx, s, stream, evs)
+		if errors.Is(err, errMoved) || now.id != s.id {
+			s = now
+			out, err = b.appendIn(ctx, tx, s, stream, evs)
+		}
 	}
 	if err != nil {
 		return nil, classify(err, true, "postgres: append to stream %q in transaction", stream)

@@ -437,8 +437,11 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	if err != nil || len(leases) > 0 {
 		return leases, err
 	}
-	if moved, err := b.moved(ctx, r.Stream, r.Group, g); err != nil || !moved {
-		return leases, err
+	if moved, err := b.moved(ctx, r.Stream, r.Group, g); !moved {
+		if notFound(err) {
+			return nil, err
+		}
+		return leases, nil // (a failed check leaves the answer of the ids used)
 	}
 	return b.fetchGroup(ctx, r, &g)
 }
@@ -659,8 +662,11 @@ func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Tim
 	if !lost(err) {
 		return err
 	}
-	if moved, merr := b.moved(ctx, l.Stream, l.Group, g); merr != nil || !moved {
-		return cmp.Or(merr, err)
+	if moved, gone := b.moved(ctx, l.Stream, l.Group, g); !moved {
+		if notFound(gone) {
+			return gone
+		}
+		return err // (a failed check leaves the answer of the ids used)
 	}
 	return b.renew(ctx, l, expiresAt, &g)
 }
@@ -994,13 +1000,18 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	if err != nil || !slices.ContainsFunc(errs, lost) {
 		return errs, err
 	}
-	if moved, err := b.moved(ctx, stream, group, g); err != nil || !moved {
-		if err != nil {
-			return nil, err
+	if moved, gone := b.moved(ctx, stream, group, g); !moved {
+		if notFound(gone) && !slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
+			return nil, gone // nothing settled: the group is gone
 		}
-		return errs, nil
+		return errs, nil // (a failed check leaves the answers of the ids used)
 	}
 	return b.settleBatch(ctx, stream, group, reqs, now, &g)
+}
+
+// notFound reports whether err says the stream or group is gone.
+func notFound(err error) bool {
+	return errors.Is(err, rheo.ErrGroupNotFound) || errors.Is(err, rheo.ErrStreamNotFound)
 }
 
 // lost reports whether err says a lease is not current: what a settle or a

@@ -37,13 +37,16 @@ func scriptCode(err error) string {
 	return ""
 }
 
-// notFound maps the scripts' not-found replies onto rheo's sentinels.
+// notFound maps the scripts' not-found replies (and a partition the stream
+// does not have) onto rheo's sentinels.
 func notFound(err error, stream, group string) error {
 	switch scriptCode(err) {
 	case codeNoStream:
 		return rheo.Errorf(rheo.ErrStreamNotFound, "stream %q", stream)
 	case codeNoGroup:
 		return rheo.Errorf(rheo.ErrGroupNotFound, "group %q of stream %q", group, stream)
+	case codeNoPart:
+		return noPartition(err, stream)
 	}
 	return nil
 }

@@ -309,7 +309,8 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	args := make([]any, 0, 7+k+r.Limit)
 	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
 	gb := groupBase(base, r.Group)
-	off := b.rotate(gb, k)
+	step := b.rotate(gb)
+	off := step % k
 	for i := range k {
 		args = append(args, r.Partitions[(off+i)%k])
 	}
@@ -321,12 +322,9 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	args = append(args, r.ConsumerID)
 	v, err := b.run(ctx, script, base, args...)
 	if err != nil {
-		b.unrotate(gb, off)
+		b.unrotate(gb, step)
 		if nf := notFound(err, r.Stream, r.Group); nf != nil {
 			return nil, nf
-		}
-		if scriptCode(err) == codeNoPart {
-			return nil, noPartition(err, r.Stream)
 		}
 		return nil, b.writeErr(err, "fetch from group %q of stream %q", r.Group, r.Stream)
 	}
@@ -710,22 +708,24 @@ func (b *Backend) ResetGroup(ctx context.Context, stream, group string, start ma
 // rotate returns the index of the partition a group's next fetch serves
 // first: the first fetch starts with the first requested partition, each
 // later one a partition further, like every backend.
-func (b *Backend) rotate(group string, k int) int {
+// (It returns the group's step count; the partition is that modulo the
+// partitions requested.)
+func (b *Backend) rotate(group string) int {
 	b.rrMu.Lock()
 	defer b.rrMu.Unlock()
 	n := b.rr[group]
 	b.rr[group] = n + 1
-	return n % k
+	return n
 }
 
-// unrotate takes back the step of a fetch that claimed nothing because it
-// failed (a missing group, say), unless another fetch has stepped since:
-// the group's first fetch that runs starts with the first partition.
-func (b *Backend) unrotate(group string, off int) {
+// unrotate takes back step, that of a fetch that claimed nothing because
+// it failed (a missing group, say), unless another fetch has stepped
+// since: a fetch that fails does not count.
+func (b *Backend) unrotate(group string, step int) {
 	b.rrMu.Lock()
 	defer b.rrMu.Unlock()
-	if n := b.rr[group]; n > 0 && (n-1) == off {
-		b.rr[group] = n - 1
+	if b.rr[group] == step+1 {
+		b.rr[group] = step
 	}
 }
 

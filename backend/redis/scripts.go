@@ -131,6 +131,20 @@ local function need_stream()
   end
   return nil
 end
+-- bad_partitions refuses a partition (ARGV[first], ARGV[first+step], ...,
+-- n of them) the stream does not have: a client checks partitions against
+-- a count it caches, which another client may have made out of date by
+-- creating the stream again with fewer.
+local function bad_partitions(first, step, n)
+  local np = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+  for i = 0, n - 1 do
+    local p = tonumber(ARGV[first + i * step])
+    if p < 0 or p >= np then
+      return redis.error_reply('RHEO_NOPARTITION ' .. p .. ' ' .. np)
+    end
+  end
+  return nil
+end
 `
 
 // groupCommon holds the group helpers: the frontier bookkeeping and dead
@@ -467,6 +481,7 @@ return firsts
 // readScript: ARGV[2] partition, ARGV[3] first entry id, ARGV[4] count.
 var readScript = goredis.NewScript(common + `
 local e = need_stream(); if e then return e end
+local bad = bad_partitions(2, 1, 1); if bad then return bad end
 return redis.call('XRANGE', skey(ARGV[2]), ARGV[3], '+', 'COUNT', ARGV[4])
 `)
 
@@ -541,15 +556,9 @@ local nowS = ARGV[4]
 local exp = ARGV[5]
 local limit = tonumber(ARGV[6])
 local k = tonumber(ARGV[7])
+local bad = bad_partitions(8, 1, k); if bad then return bad end
 local parts = {}
-local np = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
-for i = 1, k do
-  parts[i] = ARGV[7 + i]
-  local p = tonumber(parts[i])
-  if p < 0 or p >= np then -- a client's cached count may be out of date
-    return redis.error_reply('RHEO_NOPARTITION ' .. p .. ' ' .. np)
-  end
-end
+for i = 1, k do parts[i] = ARGV[7 + i] end
 local idbase = 7 + k
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
@@ -1145,6 +1154,7 @@ return out
 var replayScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local nf = tonumber(ARGV[4])
+local bad = bad_partitions(5, 2, nf); if bad then return bad end
 local o = 5
 local reopened = 0
 for i = 1, nf do
@@ -1230,6 +1240,7 @@ return n
 var resetScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(ARGV[4])
+local bad = bad_partitions(5, 2, n); if bad then return bad end
 local reopened = 0
 for i = 0, n - 1 do
   local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]

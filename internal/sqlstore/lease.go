@@ -37,7 +37,10 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		return leases, err
 	}
 	if moved, err := s.moved(ctx, s.reader(), r.Stream, r.Group, ref, g); err != nil || !moved {
-		return leases, err
+		if notFound(err) {
+			return nil, err
+		}
+		return leases, nil // (a failed check leaves the answer of the ids used)
 	}
 	return s.fetch(ctx, r, &ref, &g)
 }
@@ -583,11 +586,22 @@ func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.Tim
 	if !lost(err) {
 		return err
 	}
-	if moved, merr := s.moved(ctx, s.reader(), l.Stream, l.Group, ref, g); merr != nil || !moved {
-		return cmp.Or(merr, err)
+	if moved, gone := s.moved(ctx, s.reader(), l.Stream, l.Group, ref, g); !moved {
+		if notFound(gone) {
+			return gone
+		}
+		return err // (a failed check leaves the answer of the ids used)
 	}
 	return s.renew(ctx, l, expiresAt, &ref, &g)
 }
+
+// notFound reports whether err says the stream or group is gone.
+func notFound(err error) bool {
+	return errors.Is(err, rheo.ErrGroupNotFound) || errors.Is(err, rheo.ErrStreamNotFound)
+}
+
+// ok reports whether a settle request succeeded.
+func ok(err error) bool { return err == nil }
 
 // lost reports whether err says a lease is not current: what a settle or a
 // renewal finds, too, with the cached ids of a group another process has
@@ -653,11 +667,11 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 	if err != nil || !slices.ContainsFunc(errs, lost) {
 		return errs, err
 	}
-	if moved, err := s.moved(ctx, s.reader(), stream, group, ref, g); err != nil || !moved {
-		if err != nil {
-			return nil, err
+	if moved, gone := s.moved(ctx, s.reader(), stream, group, ref, g); !moved {
+		if notFound(gone) && !slices.ContainsFunc(errs, ok) {
+			return nil, gone // nothing settled: the group is gone
 		}
-		return errs, nil
+		return errs, nil // (a failed check leaves the answers of the ids used)
 	}
 	return s.settle(ctx, stream, group, reqs, now, &ref, &g)
 }
