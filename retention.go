@@ -320,7 +320,9 @@ func notFound(err error) bool {
 
 // Stream describes a stream: its partitions, retention policy, and per
 // partition its high watermark and trimmed sequence. A partition holds
-// HighWatermarks[p] - TrimmedThrough[p] events.
+// HighWatermarks[p] - TrimmedThrough[p] events. The partition count it
+// reads is the one the client routes keys by from then on (see
+// docs/semantics.md on streams created again by another process).
 func (c *Client) Stream(ctx context.Context, stream string) (StreamState, error) {
 	if err := c.check(); err != nil {
 		return StreamState{}, err
@@ -330,8 +332,13 @@ func (c *Client) Stream(ctx context.Context, stream string) (StreamState, error)
 	}
 	st, err := c.b.Stream(ctx, stream)
 	if err != nil {
+		if errors.Is(err, ErrStreamNotFound) {
+			c.streams.Delete(stream)
+		}
 		return StreamState{}, err
 	}
+	// What the store says now is the partition count keys are routed by.
+	c.streams.Store(stream, partitionCountEntry{st.Partitions, c.opts.clock.Now()})
 	if len(st.TrimmedThrough) != st.Partitions {
 		st.TrimmedThrough = make([]int64, st.Partitions)
 	}

@@ -505,8 +505,24 @@ func AppendTx(ctx context.Context, c *rheo.Client, tx pgx.Tx, stream string, msg
 			out, err = b.appendIn(ctx, tx, s, stream, evs)
 		}
 	}
+	if errors.Is(err, rheo.ErrInvalidPartition) && refreshCount(ctx, c, stream) {
+		// Or with fewer than the client routed by: reading the stream's
+		// state refreshes the client's count, and the messages are routed
+		// again by it.
+		if evs, err = c.PrepareAppend(ctx, stream, msgs); err != nil {
+			return nil, err
+		}
+		out, err = b.appendIn(ctx, tx, s, stream, evs)
+	}
 	if err != nil {
 		return nil, classify(err, true, "postgres: append to stream %q in transaction", stream)
 	}
 	return out, nil
+}
+
+// refreshCount refreshes c's partition count of stream (Client.Stream
+// does) and reports whether it read one.
+func refreshCount(ctx context.Context, c *rheo.Client, stream string) bool {
+	_, err := c.Stream(ctx, stream)
+	return err == nil
 }

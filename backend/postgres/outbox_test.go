@@ -295,3 +295,48 @@ func drain(chs ...<-chan struct{}) {
 		}
 	}
 }
+
+// TestAppendTxAfterStreamCreatedAgain: another process deletes the stream
+// and creates it again with fewer, then more, partitions; AppendTx routes
+// by the count the stream has, as AppendBatch does.
+func TestAppendTxAfterStreamCreatedAgain(t *testing.T) {
+	ctx := context.Background()
+	ba := newBackend(t)
+	bb, err := postgres.New(testPool(t), postgres.WithSchema(ba.Schema()))
+	require.NoError(t, err)
+	t.Cleanup(func() { bb.Close() })
+	a, b := rheo.New(ba), rheo.New(bb)
+	appendTx := func(msgs ...rheo.Message) ([]rheo.Event, error) {
+		tx, err := bb.Pool().Begin(ctx)
+		require.NoError(t, err)
+		evs, err := postgres.AppendTx(ctx, b, tx, "s", msgs)
+		if err != nil {
+			require.NoError(t, tx.Rollback(ctx))
+			return nil, err
+		}
+		return evs, tx.Commit(ctx)
+	}
+	recreate := func(parts int) {
+		require.NoError(t, a.DeleteStream(ctx, "s", rheo.DeleteOptions{Confirm: true}))
+		require.NoError(t, a.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: parts}))
+	}
+	require.NoError(t, a.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	keys := []rheo.Message{{Type: "t", Key: "k1"}, {Type: "t", Key: "k2"}, {Type: "t", Key: "k3"}, {Type: "t", Key: "k4"}}
+	_, err = appendTx(keys...) // b caches 4 partitions
+	require.NoError(t, err)
+
+	recreate(1)
+	evs, err := appendTx(keys...)
+	require.NoError(t, err, "keys are routed again by the count the stream has")
+	for _, e := range evs {
+		require.Zero(t, e.Partition)
+	}
+	recreate(4)
+	p := 3
+	evs, err = appendTx(rheo.Message{Type: "t", Partition: &p})
+	require.NoError(t, err, "a partition the stream has now")
+	require.Equal(t, 3, evs[0].Partition)
+	got, err := a.Read(ctx, "s", rheo.ReadOptions{Partition: 3})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}
