@@ -72,6 +72,23 @@ func (b *Backend) moved(ctx context.Context, stream, group string, g groupRef) (
 	return err == nil && now.id != g.id, err
 }
 
+// restream is what an append that failed with err under the cached stream
+// s does next: when err says the stream may be out of date (gone: errMoved;
+// or refusing a partition: another process may have created it again with
+// more), the name is resolved afresh (q: in that transaction, or nil), and
+// again reports whether to append once more under now.
+func (b *Backend) restream(ctx context.Context, q pgx.Tx, stream string, s streamRef, err error) (now streamRef, again bool, _ error) {
+	if !errors.Is(err, errMoved) && !errors.Is(err, rheo.ErrInvalidPartition) {
+		return s, false, nil
+	}
+	b.forget(stream, "")
+	now, rerr := b.stream(ctx, q, stream)
+	if rerr != nil {
+		return s, false, rerr
+	}
+	return now, errors.Is(err, errMoved) || now.id != s.id, nil
+}
+
 // errMoved: an append found no counters under the cached id of its stream,
 // which another process deleted: it runs again with the name resolved
 // afresh.
@@ -198,18 +215,11 @@ func (b *Backend) Append(ctx context.Context, stream string, evs []rheo.Event) (
 		return nil, err
 	}
 	out, err := b.appendFast(ctx, s, stream, evs)
-	if errors.Is(err, errMoved) || errors.Is(err, rheo.ErrInvalidPartition) {
-		// The cached stream is gone, or has fewer partitions than the
-		// client routed by: another process may have created it again.
-		b.forget(stream, "")
-		now, rerr := b.stream(ctx, nil, stream)
-		if rerr != nil {
-			return nil, rerr
-		}
-		if errors.Is(err, errMoved) || now.id != s.id {
-			s = now
-			out, err = b.appendFast(ctx, s, stream, evs)
-		}
+	if now, again, rerr := b.restream(ctx, nil, stream, s, err); rerr != nil {
+		return nil, rerr
+	} else if again {
+		s = now
+		out, err = b.appendFast(ctx, s, stream, evs)
 	}
 	if err == nil {
 		return out, nil
@@ -492,18 +502,11 @@ func AppendTx(ctx context.Context, c *rheo.Client, tx pgx.Tx, stream string, msg
 		return nil, err
 	}
 	out, err := b.appendIn(ctx, tx, s, stream, evs)
-	if errors.Is(err, errMoved) || errors.Is(err, rheo.ErrInvalidPartition) {
-		// As in Append: the cached stream may be gone, or have been
-		// created again with more partitions.
-		b.forget(stream, "")
-		now, rerr := b.stream(ctx, tx, stream)
-		if rerr != nil {
-			return nil, rerr
-		}
-		if errors.Is(err, errMoved) || now.id != s.id {
-			s = now
-			out, err = b.appendIn(ctx, tx, s, stream, evs)
-		}
+	if now, again, rerr := b.restream(ctx, tx, stream, s, err); rerr != nil {
+		return nil, rerr
+	} else if again {
+		s = now
+		out, err = b.appendIn(ctx, tx, s, stream, evs)
 	}
 	if errors.Is(err, rheo.ErrInvalidPartition) && refreshCount(ctx, c, stream) {
 		// Or with fewer than the client routed by: reading the stream's

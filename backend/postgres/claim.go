@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -438,7 +437,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		return leases, err
 	}
 	if moved, err := b.moved(ctx, r.Stream, r.Group, g); !moved {
-		if notFound(err) {
+		if leaseerr.Gone(err) {
 			return nil, err
 		}
 		return leases, nil // (a failed check leaves the answer of the ids used)
@@ -659,11 +658,11 @@ func memberIDs(q string) string {
 func (b *Backend) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
 	var g groupRef
 	err := b.renew(ctx, l, expiresAt, &g)
-	if !lost(err) {
+	if !leaseerr.Lost(err) {
 		return err
 	}
 	if moved, gone := b.moved(ctx, l.Stream, l.Group, g); !moved {
-		if notFound(gone) {
+		if leaseerr.Gone(gone) {
 			return gone
 		}
 		return err // (a failed check leaves the answer of the ids used)
@@ -997,28 +996,16 @@ UNION ALL SELECT NULL FROM (SELECT count(*) AS c FROM note) z WHERE z.c < 0`
 func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time) ([]error, error) {
 	var g groupRef
 	errs, err := b.settleBatch(ctx, stream, group, reqs, now, &g)
-	if err != nil || !slices.ContainsFunc(errs, lost) {
+	if err != nil || !slices.ContainsFunc(errs, leaseerr.Lost) {
 		return errs, err
 	}
 	if moved, gone := b.moved(ctx, stream, group, g); !moved {
-		if notFound(gone) && !slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
+		if leaseerr.Gone(gone) && !slices.ContainsFunc(errs, leaseerr.Settled) {
 			return nil, gone // nothing settled: the group is gone
 		}
 		return errs, nil // (a failed check leaves the answers of the ids used)
 	}
 	return b.settleBatch(ctx, stream, group, reqs, now, &g)
-}
-
-// notFound reports whether err says the stream or group is gone.
-func notFound(err error) bool {
-	return errors.Is(err, rheo.ErrGroupNotFound) || errors.Is(err, rheo.ErrStreamNotFound)
-}
-
-// lost reports whether err says a lease is not current: what a settle or a
-// renewal finds, too, with the cached ids of a group another process has
-// deleted.
-func lost(err error) bool {
-	return errors.Is(err, rheo.ErrStaleLease) || errors.Is(err, rheo.ErrReceiptMismatch)
 }
 
 func (b *Backend) settleBatch(ctx context.Context, stream, group string, reqs []rheo.SettleRequest, now time.Time, gOut *groupRef) ([]error, error) {

@@ -3,6 +3,7 @@
 package leaseerr
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rheo-go/rheo"
@@ -25,3 +26,16 @@ func words(l rheo.Lease) string {
 	return fmt.Sprintf("lease %s of event %q (partition %d, sequence %d) in group %q of stream %q",
 		l.ID, l.Event.ID, l.Event.Partition, l.Event.Sequence, l.Group, l.Stream)
 }
+
+// Lost reports whether err says a lease is not current (rheo.Lost): what
+// a settle or a renewal also finds under the cached ids of a group another
+// process has deleted.
+func Lost(err error) bool { return rheo.Classify(err) == rheo.Lost }
+
+// Gone reports whether err says the stream or the group is not there.
+func Gone(err error) bool {
+	return errors.Is(err, rheo.ErrStreamNotFound) || errors.Is(err, rheo.ErrGroupNotFound)
+}
+
+// Settled reports whether a settle request succeeded.
+func Settled(err error) bool { return err == nil }

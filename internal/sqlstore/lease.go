@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -37,7 +36,7 @@ func (s *Store) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, e
 		return leases, err
 	}
 	if moved, err := s.moved(ctx, s.reader(), r.Stream, r.Group, ref, g); err != nil || !moved {
-		if notFound(err) {
+		if leaseerr.Gone(err) {
 			return nil, err
 		}
 		return leases, nil // (a failed check leaves the answer of the ids used)
@@ -579,35 +578,20 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 }
 
 // Renew implements rheo.Backend.
-func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, now time.Time) error {
+func (s *Store) Renew(ctx context.Context, l rheo.Lease, expiresAt, _ time.Time) error {
 	var ref streamRef
 	var g groupRef
 	err := s.renew(ctx, l, expiresAt, &ref, &g)
-	if !lost(err) {
+	if !leaseerr.Lost(err) {
 		return err
 	}
 	if moved, gone := s.moved(ctx, s.reader(), l.Stream, l.Group, ref, g); !moved {
-		if notFound(gone) {
+		if leaseerr.Gone(gone) {
 			return gone
 		}
 		return err // (a failed check leaves the answer of the ids used)
 	}
 	return s.renew(ctx, l, expiresAt, &ref, &g)
-}
-
-// notFound reports whether err says the stream or group is gone.
-func notFound(err error) bool {
-	return errors.Is(err, rheo.ErrGroupNotFound) || errors.Is(err, rheo.ErrStreamNotFound)
-}
-
-// ok reports whether a settle request succeeded.
-func ok(err error) bool { return err == nil }
-
-// lost reports whether err says a lease is not current: what a settle or a
-// renewal finds, too, with the cached ids of a group another process has
-// deleted.
-func lost(err error) bool {
-	return errors.Is(err, rheo.ErrStaleLease) || errors.Is(err, rheo.ErrReceiptMismatch)
 }
 
 func (s *Store) renew(ctx context.Context, l rheo.Lease, expiresAt time.Time, refOut *streamRef, gOut *groupRef) error {
@@ -664,11 +648,11 @@ func (s *Store) Settle(ctx context.Context, stream, group string, reqs []rheo.Se
 	var ref streamRef
 	var g groupRef
 	errs, err := s.settle(ctx, stream, group, reqs, now, &ref, &g)
-	if err != nil || !slices.ContainsFunc(errs, lost) {
+	if err != nil || !slices.ContainsFunc(errs, leaseerr.Lost) {
 		return errs, err
 	}
 	if moved, gone := s.moved(ctx, s.reader(), stream, group, ref, g); !moved {
-		if notFound(gone) && !slices.ContainsFunc(errs, ok) {
+		if leaseerr.Gone(gone) && !slices.ContainsFunc(errs, leaseerr.Settled) {
 			return nil, gone // nothing settled: the group is gone
 		}
 		return errs, nil // (a failed check leaves the answers of the ids used)
