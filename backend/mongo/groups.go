@@ -373,6 +373,7 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 					// rather than leave them to expire.
 					break
 				}
+				b.unrotate(rrKey, g.Tok, rot.n)
 				return nil, err
 			}
 			leases = append(leases, got...)
@@ -396,6 +397,17 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 		leases = []rheo.Lease{}
 	}
 	return leases, nil
+}
+
+// unrotate takes back step n of a group's rotation, that of a fetch that
+// claimed nothing because it failed, unless another fetch has stepped
+// since: a fetch that fails does not count.
+func (b *Backend) unrotate(rrKey, tok string, n int) {
+	b.rrMu.Lock()
+	defer b.rrMu.Unlock()
+	if b.rr[rrKey] == (rotation{tok: tok, n: n + 1}) {
+		b.rr[rrKey] = rotation{tok: tok, n: n}
+	}
 }
 
 // claim claims up to want deliveries of partition p: claimable ones below

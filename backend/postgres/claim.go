@@ -1173,7 +1173,8 @@ SELECT EXISTS (
 // current lease of its event under a receipt of another form (a row's
 // lease given a span member's receipt, the reverse, or a receipt of
 // neither form), as a backend with native receipts reports it, else
-// ErrStaleLease.
+// ErrStaleLease. A failed lookup is ErrBackendUnavailable (or the
+// context's error), never a verdict on the lease.
 func (b *Backend) staleOrMismatch(ctx context.Context, g groupRef, l rheo.Lease) error {
 	type form struct{ receipt, tok string }
 	row := form{l.ID, ""}
@@ -1188,7 +1189,13 @@ func (b *Backend) staleOrMismatch(ctx context.Context, g groupRef, l rheo.Lease)
 	for _, f := range forms {
 		var current bool
 		err := b.pool.QueryRow(ctx, b.otherReceiptSQL, g.id, l.Event.Partition, l.Event.Sequence, f.receipt, l.Event.ID, f.tok).Scan(&current)
-		if err == nil && current {
+		if err != nil {
+			// Nothing was settled or renewed, but whether the lease is
+			// stale is unknown: not a lost lease.
+			return classify(err, false, "postgres: lease %s of event %q in group %q: not current under its receipt, and reading its event's lease failed",
+				l.ID, l.Event.ID, l.Group)
+		}
+		if current {
 			return leaseerr.Mismatch(l)
 		}
 	}

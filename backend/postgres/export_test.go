@@ -74,3 +74,7 @@ func SetAppendOIDsForTest(edit func([]uint32)) (restore func()) {
 	edit(appendFastOIDs)
 	return func() { appendFastOIDs = old }
 }
+
+// SetOtherReceiptSQLForTest replaces the statement that tells a stale
+// lease from a receipt mismatch (a statement that fails, say).
+func (b *Backend) SetOtherReceiptSQLForTest(q string) { b.otherReceiptSQL = q }
