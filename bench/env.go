@@ -32,6 +32,8 @@ type env struct {
 	workers int      // handler concurrency of the runtime and of River
 	cpu     bool     // -cpu: record the CPU of each timed part (cpu.go)
 	spent   cpuTimes // the CPU of the last timed part, with cpu
+	// noCheckpoint: the role may not run CHECKPOINT (see start).
+	noCheckpoint bool
 }
 
 func newEnv(ctx context.Context, pgDSN, redisAddr string, parts, workers int) (*env, error) {
