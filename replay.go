@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -111,7 +112,11 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 			}
 		}
 		if len(req.FromSequence) == 0 {
-			return 0, Errorf(ErrNoEventsInRange, "replay of group %q: no event of stream %q at or after %s", group, stream, from.at.Format(time.RFC3339Nano))
+			where := fmt.Sprintf("stream %q", stream)
+			if len(partitions) > 0 {
+				where = fmt.Sprintf("partitions %v of stream %q", parts, stream)
+			}
+			return 0, Errorf(ErrNoEventsInRange, "replay of group %q: no event of %s at or after %s", group, where, from.at.Format(time.RFC3339Nano))
 		}
 		return c.b.Replay(ctx, req)
 	case replayMatching:

@@ -96,6 +96,25 @@ func TestDSNParameterMistakesAreRefusedAtOpen(t *testing.T) {
 	require.Equal(t, "my_schema", b.Schema(), "rheo_schema is percent-decoded")
 }
 
+// A password with an unencoded '@' leaves the rest of the password in the
+// host name: Open refuses the DSN, says to percent-encode, and shows no part
+// of the password.
+func TestAtInPasswordIsRefused(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://po:sup3r@secret@127.0.0.1:5432/test",
+		"postgres://po:sup3r@secret@127.0.0.1:5432,127.0.0.2:5432/test",
+	} {
+		_, err := rheo.Open(context.Background(), dsn)
+		require.ErrorIs(t, err, rheo.ErrInvalidArgument, dsn)
+		require.ErrorContains(t, err, "percent-encode any '@' in the user name or password (for example '@' as %40)")
+		require.NotContains(t, err.Error(), "secret")
+		require.NotContains(t, err.Error(), "sup3r")
+	}
+	b, err := postgres.Open(context.Background(), "postgres://po:sup3r%40secret@127.0.0.1:1/test")
+	require.NoError(t, err, "an encoded '@' is fine")
+	b.Close()
+}
+
 // A DSN parameter that is not rheo's goes to the server as a setting; one
 // the server does not know, or whose value it refuses, fails the connection:
 // that is ErrMisconfigured naming the parameter, not an unavailable store.

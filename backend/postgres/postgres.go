@@ -170,6 +170,12 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "postgres: DSN does not parse: %v", parseError(dsn))
 	}
+	if atInHost(pcfg.ConnConfig) {
+		// An '@' of the password left in the URL: the rest of the password
+		// became the host name, which must not be printed.
+		return nil, rheo.Errorf(rheo.ErrInvalidArgument, "postgres: DSN %s: its host name holds an '@': percent-encode any '@' in the user name or password (for example '@' as %%40)",
+			rdsn.Redact(dsn))
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, classify(err, false, "postgres: open pool")
@@ -181,6 +187,20 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	}
 	b.owned = true
 	return b, nil
+}
+
+// atInHost reports whether a host of c holds an '@' (a URL whose password
+// holds an unencoded '@').
+func atInHost(c *pgx.ConnConfig) bool {
+	if strings.Contains(c.Host, "@") {
+		return true
+	}
+	for _, f := range c.Fallbacks {
+		if strings.Contains(f.Host, "@") {
+			return true
+		}
+	}
+	return false
 }
 
 func open(ctx context.Context, dsn string) (rheo.Backend, error) {

@@ -139,6 +139,8 @@ func (b *Backend) misconfigured(err error, format string, args ...any) error {
 			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: authentication failed: check the user and password in the DSN (redis://user:password@host:port/db)", msg)
 		case strings.HasPrefix(text, "NOPERM"):
 			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: the user lacks a permission rheo needs: grant it with ACL SETUSER (see docs/redis.md)", msg)
+		case strings.Contains(text, "DB index is out of range"):
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "%s: the server has no database of the DSN's number: use one below its `databases` setting (redis://host:port/0 is the default)", msg)
 		}
 	}
 	var te *tlsError

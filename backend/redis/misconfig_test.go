@@ -58,6 +58,11 @@ func TestWrongPasswordIsMisconfigured(t *testing.T) {
 	requireMisconfigured(t, dsn, "check the user and password")
 }
 
+func TestMissingDatabaseNumberIsMisconfigured(t *testing.T) {
+	dsn := withURL(t, func(u *url.URL) { u.Path = "/100000" })
+	requireMisconfigured(t, dsn, "the server has no database of the DSN's number")
+}
+
 func TestTLSAgainstPlainServerIsMisconfigured(t *testing.T) {
 	// A plain server never answers a TLS handshake, so each dial waits out
 	// its timeout; a short one keeps the test quick, the diagnosis is the

@@ -76,3 +76,22 @@ func TestDSNParameterMistakesAreRefused(t *testing.T) {
 	defer c.Close()
 	require.Contains(t, c.Backend().(*sqlite.Backend).Settings(), "synchronous=FULL busy_timeout=0s")
 }
+
+// A file SQLite cannot open (in a directory that does not exist, or a
+// directory itself) is ErrMisconfigured saying what to check, not the
+// ErrBackendUnavailable a caller would retry; nothing is created.
+func TestUnopenableFileIsMisconfigured(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for name, path := range map[string]string{
+		"missing directory": filepath.Join(dir, "no", "such", "dir", "rheo.db"),
+		"a directory":       dir,
+	} {
+		_, err := sqlite.Open(ctx, path)
+		require.ErrorIs(t, err, rheo.ErrMisconfigured, name)
+		require.ErrorContains(t, err, "SQLite cannot open the file: check that it is a file (not a directory), that its directory exists", name)
+		require.Equal(t, rheo.Fatal, rheo.Classify(err), name)
+	}
+	_, err := os.Stat(filepath.Join(dir, "no"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}

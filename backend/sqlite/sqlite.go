@@ -51,6 +51,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -58,7 +59,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/rheo-go/rheo"
 	rdsn "github.com/rheo-go/rheo/internal/dsn"
@@ -185,7 +187,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	}
 	w, err := sql.Open("sqlite", pragmas())
 	if err != nil {
-		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
+		return nil, openError(err, path)
 	}
 	// One writer connection: writes in this process queue here instead of
 	// contending for the file lock.
@@ -197,13 +199,13 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	// connection and process.
 	if _, err := w.ExecContext(ctx, "PRAGMA journal_mode = WAL"); err != nil {
 		w.Close()
-		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
+		return nil, openError(err, path)
 	}
 	// The poller holds one reader connection while anyone is subscribed.
 	r, err := sql.Open("sqlite", pragmas("_pragma=query_only(1)"))
 	if err != nil {
 		w.Close()
-		return nil, rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
+		return nil, openError(err, path)
 	}
 	r.SetMaxOpenConns(o.readers + 1)
 	r.SetMaxIdleConns(o.readers + 1)
@@ -222,6 +224,26 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// openError is the error of an Open that failed: ErrMisconfigured with
+// what to fix when the file cannot be opened or written, else
+// ErrBackendUnavailable.
+// (Only here: the same codes later, on a store that opened, can pass, as
+// when the process runs out of file descriptors.)
+func openError(err error, path string) error {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() {
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_CANTOPEN_ISDIR, sqlite3.SQLITE_CANTOPEN_FULLPATH:
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "sqlite: open %s: SQLite cannot open the file: "+
+				"check that it is a file (not a directory), that its directory exists, and that this process may read and write there", path)
+		case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_READONLY_DIRECTORY:
+			return rheo.Wrap(rheo.ErrMisconfigured, err, "sqlite: open %s: the database file, its directory or its -wal and -shm files "+
+				"are read-only to this process: rheo keeps SQLite in WAL mode, which writes them even to read", path)
+		}
+	}
+	return rheo.Wrap(rheo.ErrBackendUnavailable, err, "sqlite: open %s", path)
 }
 
 // uriPath escapes the characters that SQLite's URI syntax would read as a

@@ -40,6 +40,12 @@ name, the token as the password. Scripts send "Authorization: Bearer TOKEN".`,
 			if token == "" {
 				token = a.getenv("RHEO_DASHBOARD_TOKEN")
 			}
+			if err := checkListenAddr(addr); err != nil {
+				return err
+			}
+			if err := a.requireExistingStore(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			c, err := a.client(ctx)
 			if err != nil {

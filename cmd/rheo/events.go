@@ -103,7 +103,7 @@ IDs appends nothing new.`,
 					}
 					return t.flush()
 				}
-				fmt.Fprintf(a.stdout, "appended %d events to %s\n", len(all), stream)
+				fmt.Fprintf(a.stdout, "appended %s to %s\n", plural(len(all), "event"), stream)
 				t := newTable(a.stdout, "PARTITION", "EVENTS", "SEQ")
 				for _, r := range seqRanges(all) {
 					t.row(r.partition, r.count, fmt.Sprintf("%d..%d", r.first, r.last))

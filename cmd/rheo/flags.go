@@ -95,6 +95,9 @@ func parsePosition(s string) (rheo.Position, error) {
 		return rheo.Latest(), nil
 	}
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 {
+			return rheo.Position{}, usagef("--start %d: a sequence number is 0 or more (0 is the same as beginning)", n)
+		}
 		return rheo.AfterSequence(n), nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
@@ -146,6 +149,11 @@ func (q *queryFlags) set() bool {
 func (q *queryFlags) build(stream string) (rheo.Query, error) {
 	out := rheo.Query{Stream: stream, Type: q.typ, Key: q.key, Partitions: q.partitions,
 		AfterSequence: q.afterSeq, UntilSequence: q.untilSeq, Limit: q.limit, Cursor: q.cursor}
+	if q.paged {
+		if err := checkLimit(q.limit); err != nil {
+			return out, err
+		}
+	}
 	var err error
 	if out.Metadata, err = parseKV("meta", q.meta); err != nil {
 		return out, err
@@ -163,4 +171,13 @@ func (q *queryFlags) build(stream string) (rheo.Query, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// checkLimit refuses a --limit out of 1…rheo.MaxLimit (the default, 100,
+// is what leaving the flag out means).
+func checkLimit(n int) error {
+	if n < 1 || n > rheo.MaxLimit {
+		return usagef("--limit %d: want 1 to %d (leave it out for 100)", n, rheo.MaxLimit)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/memory"
 	"github.com/rheo-go/rheo/backend/postgres"
 )
 
@@ -205,11 +206,16 @@ with different settings an error.`,
 		Example: "  rheo create-stream orders --partitions 4\n  rheo create-stream audit --max-age 720h --if-not-exists",
 		Args:    cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			if partitions < 1 {
+			if partitions < 1 || partitions > rheo.MaxPartitions {
 				return usagef("--partitions %d: want 1 to %d", partitions, rheo.MaxPartitions)
 			}
 			ret, err := rf.build(cmd)
 			if err != nil {
+				return err
+			}
+			// The library's own checks of the name and settings, on a store
+			// of nothing, before a store is opened (or a file created).
+			if err := checkCreateStream(cmd.Context(), args[0], rheo.StreamConfig{Partitions: partitions, Retention: ret}); err != nil {
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
@@ -223,13 +229,13 @@ with different settings an error.`,
 						return fmt.Errorf("stream %q exists with %d partitions and retention %s, not %d and %s", args[0], st.Partitions, st.Retention, partitions, ret)
 					}
 					return a.writeResult(map[string]any{"stream": args[0], "partitions": partitions, "created": false},
-						"stream %s already exists (%d partitions)", args[0], partitions)
+						"stream %s already exists (%s)", args[0], plural(partitions, "partition"))
 				}
 				if err != nil {
 					return err
 				}
 				return a.writeResult(map[string]any{"stream": args[0], "partitions": partitions, "created": true},
-					"created stream %s (%d partitions)", args[0], partitions)
+					"created stream %s (%s)", args[0], plural(partitions, "partition"))
 			})
 		}),
 	}
@@ -426,6 +432,9 @@ func (a *app) deadLettersCommand() *cobra.Command {
 		Example: "  rheo dead-letters orders fulfillment\n  rheo dead-letters orders fulfillment --after EVENT_ID --limit 50",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if err := checkLimit(limit); err != nil {
+				return err
+			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				dls, err := c.DeadLetters(ctx, args[0], args[1], rheo.DeadLetterOptions{Limit: limit, After: after})
 				if err != nil {
@@ -528,6 +537,9 @@ event at or after T), --event ID (repeatable), or query filters (--type, --key,
 			var from rheo.Replay
 			modes := 0
 			if fs.Changed("from-seq") {
+				if fromSeq < 0 {
+					return usagef("--from-seq %d: want 0 or more (0 reopens every sequence)", fromSeq)
+				}
 				modes++
 				from = rheo.FromSequence(fromSeq)
 			}
@@ -629,4 +641,13 @@ sequence number or an RFC 3339 time. It refuses to run without --confirm.`,
 	fs.StringVar(&start, "start", "beginning", "beginning, latest, a sequence number, or an RFC 3339 time")
 	fs.IntSliceVar(&partitions, "partition", nil, "reset only these partitions (repeatable)")
 	return cmd
+}
+
+// checkCreateStream runs CreateStream on an empty memory store: the same
+// checks of the name and settings every store makes, before the command
+// opens (and, for a sqlite: path, creates) the real one.
+func checkCreateStream(ctx context.Context, name string, cfg rheo.StreamConfig) error {
+	c := rheo.New(memory.New())
+	defer c.Close()
+	return c.CreateStream(ctx, name, cfg)
 }

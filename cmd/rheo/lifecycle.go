@@ -86,8 +86,8 @@ func (r *retentionFlags) register(cmd *cobra.Command) {
 // (zero would silently mean "no rule").
 func (r *retentionFlags) build(cmd *cobra.Command) (rheo.Retention, error) {
 	fs := cmd.Flags()
-	if fs.Changed("max-age") && r.maxAge <= 0 {
-		return rheo.Retention{}, usagef("--max-age %s: want a positive duration such as 72h", r.maxAge)
+	if fs.Changed("max-age") && r.maxAge < time.Millisecond {
+		return rheo.Retention{}, usagef("--max-age %s: want a duration of 1ms or more, such as 72h", r.maxAge)
 	}
 	if fs.Changed("max-events") && r.maxEvents <= 0 {
 		return rheo.Retention{}, usagef("--max-events %d: want a positive count", r.maxEvents)
@@ -137,6 +137,15 @@ then skip the removed range and count it as skipped (rheo info).`,
 				return usagef("trim --force removes events groups have not finished; nothing was changed — rerun with --force --confirm")
 			}
 			return a.withExisting(cmd, func(ctx context.Context, c *rheo.Client) error {
+				if rules.IsZero() {
+					st, err := c.Stream(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					if st.Retention.IsZero() {
+						return fmt.Errorf("stream %q has no retention policy and the trim names no rule: give --max-age, --max-events or --interest, or store a policy with rheo set-retention", args[0])
+					}
+				}
 				rep, err := c.Trim(ctx, args[0], rheo.TrimOptions{Retention: rules, Force: force, Confirm: confirm, Partitions: partitions})
 				if err != nil {
 					return err
@@ -156,7 +165,7 @@ then skip the removed range and count it as skipped (rheo info).`,
 				if a.jsonOut {
 					return writeJSON(a.stdout, out)
 				}
-				fmt.Fprintf(a.stdout, "removed %d events of stream %s", rep.Removed, rep.Stream)
+				fmt.Fprintf(a.stdout, "removed %s of stream %s", plural(rep.Removed, "event"), rep.Stream)
 				if rep.Skipped > 0 {
 					fmt.Fprintf(a.stdout, " (%d not acked by some group, %d dead letters)", rep.Skipped, rep.DeadLetters)
 				}
@@ -333,6 +342,14 @@ const annotationReadOnly = "rheo.readonly"
 var readOnlyCommands = map[string]bool{
 	"streams": true, "groups": true, "query": true, "tail": true, "lag": true,
 	"info": true, "dead-letters": true, "get": true,
+}
+
+// storeCreators may create a sqlite: file that does not exist yet: every
+// other command works on what a store already holds (a stream, a group),
+// so a path that does not exist is a mistake to report, not a new empty
+// database to leave behind.
+var storeCreators = map[string]bool{
+	"create-stream": true, "migrate": true, "demo": true, "demo-worker": true, "bench": true,
 }
 
 func (a *app) setRetentionCommand() *cobra.Command {

@@ -135,12 +135,19 @@ func TestExplicitZerosAndEmptyDSNAreRefused(t *testing.T) {
 	require.Contains(t, errOut.String(), "rheo: --dsn is empty")
 }
 
+// Only create-stream, migrate, demo and bench may create a sqlite: file:
+// every other command works on a stream or group the store must already
+// hold, so a path that does not exist (a typo, say) is an error, and no
+// new empty database is left behind.
 func TestReadOnlyCommandsNeverCreateAStore(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "missing.db")
 	c := &cli{t: t, dsn: "sqlite:" + path}
 	for _, args := range [][]string{{"streams"}, {"groups", "s"}, {"lag", "s", "g"}, {"get", "s", "e"},
-		{"query", "s"}, {"info", "s", "g"}, {"dead-letters", "s", "g"}, {"delete-stream", "s", "--confirm"}, {"trim", "s"}} {
+		{"query", "s"}, {"info", "s", "g"}, {"dead-letters", "s", "g"}, {"delete-stream", "s", "--confirm"}, {"trim", "s"},
+		{"create-group", "s", "g"}, {"append", "s", `{"a":1}`}, {"redrive", "s", "g"}, {"replay", "s", "g", "--from-seq", "0"},
+		{"reset", "s", "g", "--confirm"}, {"delete-group", "s", "g", "--confirm"}, {"set-retention", "s", "--max-events", "5"},
+		{"tail", "s"}, {"metrics", "--addr", "127.0.0.1:0"}, {"dashboard", "--addr", "127.0.0.1:0"}} {
 		r := c.run(args...)
 		require.Equal(t, exitError, r.code, "%v: %s", args, r.err)
 		require.Contains(t, r.err, "does not exist", "%v", args)
@@ -225,4 +232,61 @@ func TestRedriveUnknownIDsFails(t *testing.T) {
 	c.fails(exitError, `not dead letters of group "g": good, nope; nothing was redriven`, "redrive", "s", "g", "bad", "good", "nope")
 	require.Contains(t, c.ok("dead-letters", "s", "g"), "bad")
 	require.Contains(t, c.ok("redrive", "s", "g", "bad"), "redrove 1 dead letters of group g; lag now 2")
+}
+
+// Input create-stream refuses is refused before a store is opened: no
+// sqlite: file appears, and an out-of-range flag is a usage error.
+func TestCreateStreamChecksBeforeOpening(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	c := &cli{t: t, dsn: "sqlite:" + path}
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"create-stream", ""}, exitError, "stream name is empty"},
+		{[]string{"create-stream", strings.Repeat("x", 300)}, exitError, "bytes (max"},
+		{[]string{"create-stream", "a\x01"}, exitError, "control character"},
+		{[]string{"create-stream", "x", "--partitions", "1025"}, exitUsage, "--partitions 1025: want 1 to 1024"},
+		{[]string{"create-stream", "x", "--max-age", "1ns"}, exitUsage, "--max-age 1ns: want a duration of 1ms or more"},
+	} {
+		args := tc.args
+		r := c.run(args...)
+		require.Equal(t, tc.code, r.code, "%q: %s", args, r.err)
+		require.Contains(t, r.err, tc.msg, "%q", args)
+		_, err := os.Stat(path)
+		require.ErrorIs(t, err, os.ErrNotExist, "%q created the store", args)
+	}
+	c.ok("create-stream", "x")
+	_, err := os.Stat(path)
+	require.NoError(t, err)
+}
+
+// Flag values out of range are usage errors (exit 2), and a missing stream
+// or group, or one that exists already, says what to run.
+func TestOutOfRangeFlagsAndHints(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create-stream", "s")
+	c.ok("create-group", "s", "g")
+	for _, args := range [][]string{
+		{"query", "s", "--limit", "0"}, {"query", "s", "--limit", "10001"}, {"query", "s", "--limit", "-1"},
+		{"dead-letters", "s", "g", "--limit", "0"}, {"dead-letters", "s", "g", "--limit", "20000"},
+		{"replay", "s", "g", "--from-seq", "-1"},
+		{"create-group", "s", "g2", "--start", "-1"}, {"reset", "s", "g", "--start", "-1", "--confirm"},
+		{"set-retention", "s", "--max-age", "1ns"},
+	} {
+		r := c.run(args...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.err)
+	}
+	for args, hint := range map[string]string{
+		"info nope g":      "rheo create-stream creates one",
+		"info s nope":      "rheo create-group creates one",
+		"create-stream s":  "with --if-not-exists one with the same settings is success",
+		"create-group s g": "with --if-not-exists one with the same settings is success",
+		"trim s":           "give --max-age, --max-events or --interest, or store a policy with rheo set-retention",
+	} {
+		r := c.run(strings.Fields(args)...)
+		require.Equal(t, exitError, r.code, "%s: %s", args, r.err)
+		require.Contains(t, r.err, hint, args)
+	}
 }

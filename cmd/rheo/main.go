@@ -139,8 +139,24 @@ func action(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command
 		if errors.As(err, &ue) || errors.As(err, &ce) {
 			return err
 		}
-		return runError{err}
+		return runError{withHint(cmd.Name(), err)}
 	}
+}
+
+// withHint adds to a missing or existing stream or group what to run next.
+func withHint(command string, err error) error {
+	var h string
+	switch {
+	case errors.Is(err, rheo.ErrStreamNotFound):
+		h = "rheo streams lists the streams, rheo create-stream creates one; or check --dsn/RHEO_DSN"
+	case errors.Is(err, rheo.ErrGroupNotFound):
+		h = "rheo groups STREAM lists its groups, rheo create-group creates one"
+	case errors.Is(err, rheo.ErrAlreadyExists) && (command == "create-stream" || command == "create-group"):
+		h = "with --if-not-exists one with the same settings is success"
+	default:
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, h)
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -242,7 +258,7 @@ func (a *app) client(ctx context.Context, opts ...rheo.Option) (*rheo.Client, er
 // talks to the store once goes through here.
 func (a *app) withClient(cmd *cobra.Command, f func(ctx context.Context, c *rheo.Client) error) error {
 	ctx := cmd.Context()
-	if cmd.Annotations[annotationReadOnly] != "" {
+	if !storeCreators[cmd.Name()] {
 		if err := a.requireExistingStore(); err != nil {
 			return err
 		}

@@ -39,6 +39,9 @@ See docs/observability.md for the series and alert examples.`,
 			if timeout <= 0 {
 				return usagef("--scrape-timeout must be positive, got %v", timeout)
 			}
+			if err := checkListenAddr(addr); err != nil {
+				return err
+			}
 			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				return a.serveMetrics(ctx, c, addr, timeout)
 			})
@@ -82,6 +85,15 @@ func (a *app) serveMetrics(ctx context.Context, c *rheo.Client, addr string, tim
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// checkListenAddr refuses an --addr that is not host:port before anything
+// opens: a usage error.
+func checkListenAddr(addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return usagef("--addr %q: want host:port, such as 127.0.0.1:8080 or :9464", addr)
 	}
 	return nil
 }

@@ -65,10 +65,19 @@ func TestMetricsServesGroupHealth(t *testing.T) {
 	require.Equal(t, exitOK, c.exited(done, "rheo metrics did not stop"), errOut.String())
 }
 
-// A bad --addr is reported on one line with exit 1.
+// An --addr the system cannot listen on is reported on one line with exit
+// 1; one that is not host:port is a usage error (exit 2), before anything
+// opens.
 func TestMetricsBadAddr(t *testing.T) {
 	c := newCLI(t)
+	c.ok("create-stream", "s")
 	r := c.run("metrics", "--addr", "256.0.0.1:x")
 	require.Equal(t, exitError, r.code)
 	require.True(t, strings.HasPrefix(r.err, "rheo: listen on 256.0.0.1:x"), r.err)
+
+	for _, cmd := range []string{"metrics", "dashboard"} {
+		r = c.run(cmd, "--addr", "bogus")
+		require.Equal(t, exitUsage, r.code, r.err)
+		require.Contains(t, r.err, `--addr "bogus": want host:port`)
+	}
 }

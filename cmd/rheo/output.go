@@ -198,3 +198,11 @@ func errCode(err error) string {
 	}
 	return "error"
 }
+
+// plural writes n and the noun, with an s unless n is 1.
+func plural[N int | int64](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
