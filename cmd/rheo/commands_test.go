@@ -211,6 +211,8 @@ func TestAppendRejectsBadInputAndWritesNothing(t *testing.T) {
 	c.fails(exitError, "payload must be a JSON object", "append", "orders", `[1,2]`)
 	c.failsStdin("{\"ok\":1}\nnot json\n", exitError, "stdin line 2 is not valid JSON", "append", "orders")
 	c.failsStdin("{\"ok\":1}\n[2]\n", exitError, "stdin line 2: invalid argument: payload must be a JSON object", "append", "orders")
+	c.failsStdin("{\"ok\":1}\n{\"big\":\""+strings.Repeat("x", maxInputLine)+"\"}\n", exitError,
+		"stdin line 2 is longer than 16 MiB, the most one line may hold; nothing was appended", "append", "orders")
 	c.fails(exitUsage, "no payload given", "append", "orders")
 	c.fails(exitError, "invalid partition", "append", "orders", `{}`, "--partition", "5")
 

@@ -199,7 +199,8 @@ func validateLines(ctx context.Context, c *rheo.Client, stream string, lines []i
 			seen[m.ID] = lines[i].n
 		}
 		if _, err := c.PrepareAppend(ctx, stream, msgs[i:i+1]); err != nil {
-			if i == 0 && (errors.Is(err, rheo.ErrStreamNotFound) || errors.Is(err, rheo.ErrBackendUnavailable)) {
+			if i == 0 && (errors.Is(err, rheo.ErrStreamNotFound) || errors.Is(err, rheo.ErrBackendUnavailable) ||
+				errors.Is(err, rheo.ErrMisconfigured) || errors.Is(err, rheo.ErrAmbiguous)) {
 				return err
 			}
 			return fmt.Errorf("%s: %w; nothing was appended", where, err)
@@ -231,6 +232,9 @@ func readLines(r io.Reader) ([]inputLine, error) {
 		out = append(out, inputLine{n: line, raw: json.RawMessage(b), env: env})
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("stdin line %d is longer than %d MiB, the most one line may hold; nothing was appended", line+1, maxInputLine>>20)
+		}
 		return nil, fmt.Errorf("reading stdin after line %d: %w", line, err)
 	}
 	return out, nil

@@ -183,6 +183,12 @@ func TestMisconfiguredStoreNamesTheFix(t *testing.T) {
 			require.True(t, strings.HasPrefix(errOut, "rheo: "), errOut)
 			require.Contains(t, errOut, "misconfigured")
 			require.Contains(t, errOut, tc.want)
+
+			// A write says the same, and does not blame its input.
+			_, errOut, code = rheoRun("--dsn", tc.dsn, "append", "s", `{"a":1}`)
+			require.Equal(t, exitError, code, errOut)
+			require.Contains(t, errOut, tc.want)
+			require.NotContains(t, errOut, "the payload")
 		})
 	}
 	var n int
