@@ -87,9 +87,9 @@ type Backend interface {
 	// when it is not one of the group's dead letters).
 	DeadLetters(ctx context.Context, stream, group, after string, limit int) ([]DeadLetter, error)
 
-	// Replay reopens deliveries (SPEC R8) and returns how many of them the
-	// group had been offered: events of the range at or below its cursor
-	// and above the trimmed point. See ReplayRequest.
+	// Replay reopens deliveries (SPEC R8) and returns how many: events of
+	// the range at or below the group's cursor (offered to it, or passed
+	// over by its start) and above the trimmed point. See ReplayRequest.
 	Replay(ctx context.Context, r ReplayRequest) (int, error)
 	// Redrive makes the named dead letters (all when ids is empty) available
 	// again with attempts reset, lowering the frontier below each. It returns
@@ -97,9 +97,9 @@ type Backend interface {
 	Redrive(ctx context.Context, stream, group string, ids []string) (int, error)
 	// ResetGroup forgets every delivery, lease and dead letter of the group
 	// in the given partitions and restarts each after start[partition]
-	// (cursor and frontier both set to it). It returns how many events the
-	// group had been offered above its new start: the deliveries it will be
-	// offered again.
+	// (cursor and frontier both set to it). It returns how many retained
+	// events lie between its new start and its cursor: the deliveries it
+	// will now be offered.
 	ResetGroup(ctx context.Context, stream, group string, start map[int]int64) (int, error)
 
 	// DeleteGroup removes a group and everything it holds: cursor,

@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -339,8 +340,9 @@ func (c *Client) Redrive(ctx context.Context, stream, group string, eventIDs ...
 // ResetGroup forgets everything of the group in its partitions (deliveries,
 // leases, dead letters) and restarts them at opts.Start. It requires
 // opts.Confirm (ErrConfirmRequired). It returns how many deliveries it
-// reopened: events the group had been offered above its new start, which
-// it will be offered again (a reset to Latest reopens none).
+// reopened: the retained events between its new start and its cursor
+// (offered to it, or passed over by its earlier start), which it will now
+// be offered (a reset to Latest reopens none).
 func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts ResetOptions) (int, error) {
 	if !opts.Confirm {
 		return 0, Errorf(ErrConfirmRequired, "resetting group %q of stream %q forgets its progress; set Confirm", group, stream)
@@ -357,6 +359,11 @@ func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts Rese
 	}
 	start, err := c.resolveStart(ctx, st, opts.Start, opts.Partitions)
 	if err != nil {
+		// A missing group is reported before anything about the start, as
+		// Replay does (checked only here, off the usual path).
+		if _, lerr := c.b.Lag(ctx, stream, group); errors.Is(lerr, ErrGroupNotFound) {
+			return 0, lerr
+		}
 		return 0, err
 	}
 	return c.b.ResetGroup(ctx, stream, group, start)

@@ -54,9 +54,10 @@ const replayChunk = 1000
 // rewinds the cursor and lowers the frontier; events and other groups are
 // never touched.
 //
-// It returns how many deliveries it reopened: the events of the range the
-// group had already been offered. Events of the range it has not been
-// offered yet are delivered in their turn anyway, and are not counted.
+// It returns how many deliveries it reopened: the retained events of the
+// range at or below the group's cursor, offered to it or passed over by
+// its start position. Events past the cursor are delivered in their turn
+// anyway, and are not counted.
 func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, partitions ...int) (reopened int, err error) {
 	if err := c.check(); err != nil {
 		return 0, err

@@ -295,22 +295,61 @@ func (c *Client) trimTargets(ctx context.Context, st StreamState, r Retention, f
 			t = max(t, lowest)
 		}
 		if r.MaxAge > 0 {
-			evs, err := c.b.Query(ctx, QuerySpec{Query: Query{
-				Stream: st.Name, Partitions: []int{p}, From: now.Add(-r.MaxAge),
-				AfterSequence: floor, OrderBy: []Order{Asc(OrderSequence)}, Limit: 1,
-			}})
+			age, err := c.ageTarget(ctx, st.Name, p, floor, hw, ceilMicro(now.Add(-r.MaxAge)))
 			if err != nil {
 				return nil, err
-			}
-			age := hw
-			if len(evs) > 0 {
-				age = evs[0].Sequence - 1
 			}
 			t = max(t, age)
 		}
 		out[p] = min(t, hw)
 	}
 	return out, nil
+}
+
+// Windows of sequences ageTarget searches: the first, and the largest.
+const (
+	ageWindowFirst = 10_000
+	ageWindowMax   = 1_000_000
+)
+
+// ageTarget returns the sequence before the first event of partition p
+// past floor whose timestamp is at or after cutoff (hw when none is): the
+// prefix MaxAge removes. It searches windows of sequences, growing while
+// they hold only old events, so that a store that filters times by
+// scanning (Redis) never scans more than a window at once, and narrower
+// ones when the store refuses a window as too large to scan.
+func (c *Client) ageTarget(ctx context.Context, stream string, p int, floor, hw int64, cutoff time.Time) (int64, error) {
+	w, most := int64(ageWindowFirst), int64(ageWindowMax)
+	for lo := floor; lo < hw; {
+		hi := lo + min(w, hw-lo)
+		evs, err := c.b.Query(ctx, QuerySpec{Query: Query{
+			Stream: stream, Partitions: []int{p}, From: cutoff,
+			AfterSequence: lo, UntilSequence: hi, OrderBy: []Order{Asc(OrderSequence)}, Limit: 1,
+		}})
+		if errors.Is(err, ErrUnsupported) && w > 1 {
+			most = max(w/10, 1)
+			w = most
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if len(evs) > 0 {
+			return evs[0].Sequence - 1, nil
+		}
+		lo, w = hi, min(2*w, most)
+	}
+	return hw, nil
+}
+
+// ceilMicro rounds t up to a whole microsecond, the precision of stored
+// times: an event (of a whole microsecond) is at or after the result
+// exactly when it is at or after t.
+func ceilMicro(t time.Time) time.Time {
+	if u := t.Truncate(time.Microsecond); !u.Equal(t) {
+		return u.Add(time.Microsecond)
+	}
+	return t
 }
 
 // notFound reports whether err says a stream or group does not exist.

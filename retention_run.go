@@ -2,6 +2,7 @@ package rheo
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -65,7 +66,9 @@ func (c *Client) stopRetention() {
 // takes the stream's retention lease in the store, so that at most one
 // client, in any process, trims a stream at a time; a stream whose lease
 // another client holds is left to it. It returns a report per stream it
-// trimmed.
+// trimmed. A stream that fails does not stop the others: the error returned
+// joins every stream's (each names its stream), and only the end of ctx
+// ends the pass early.
 func (c *Client) EnforceRetention(ctx context.Context) ([]TrimReport, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -75,36 +78,54 @@ func (c *Client) EnforceRetention(ctx context.Context) ([]TrimReport, error) {
 		return nil, err
 	}
 	var out []TrimReport
+	var errs []error
 	for _, s := range streams {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
 		if s.Retention.IsZero() {
 			continue
 		}
-		now := c.now()
-		held, err := c.b.LeaseRetention(ctx, s.Name, c.retentionOwner, now, now.Add(retentionLeaseTTL))
+		rep, err := c.enforce(ctx, s)
 		if err != nil {
-			if notFound(err) {
-				continue
-			}
-			return out, err
-		}
-		if !held {
+			errs = append(errs, err)
 			continue
 		}
-		// The policy as listed: one changed meanwhile applies next pass.
-		rep, err := c.Trim(ctx, s.Name, TrimOptions{Retention: s.Retention})
-		// Release even when the pass failed, so another client can retry.
-		now = c.now()
-		_, rerr := c.b.LeaseRetention(context.WithoutCancel(ctx), s.Name, c.retentionOwner, now, now)
-		if err != nil {
-			if notFound(err) {
-				continue
-			}
-			return out, err
+		if rep != nil {
+			out = append(out, *rep)
 		}
-		if rerr != nil && !notFound(rerr) {
-			return out, rerr
-		}
-		out = append(out, rep)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// enforce applies stream s's policy under its retention lease: nil when
+// another client holds the lease or the stream is gone.
+func (c *Client) enforce(ctx context.Context, s StreamInfo) (*TrimReport, error) {
+	now := c.now()
+	held, err := c.b.LeaseRetention(ctx, s.Name, c.retentionOwner, now, now.Add(retentionLeaseTTL))
+	if err != nil {
+		if notFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if !held {
+		return nil, nil
+	}
+	// The policy as listed: one changed meanwhile applies next pass.
+	rep, err := c.Trim(ctx, s.Name, TrimOptions{Retention: s.Retention})
+	// Release even when the pass failed, so another client can retry.
+	now = c.now()
+	_, rerr := c.b.LeaseRetention(context.WithoutCancel(ctx), s.Name, c.retentionOwner, now, now)
+	if err != nil {
+		if notFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if rerr != nil && !notFound(rerr) {
+		return nil, rerr
+	}
+	return &rep, nil
 }

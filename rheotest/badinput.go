@@ -91,6 +91,13 @@ func groupCalls(stream func(w *world) string, group string) []call {
 		{"reset_group", func(w *world) error {
 			return errOf(w.c.ResetGroup(w.ctx, stream(w), group, rheo.ResetOptions{Confirm: true}))
 		}},
+		{"reset_group_past_the_high_watermark", func(w *world) error {
+			// A start no group could take: the missing group is reported first.
+			return errOf(w.c.ResetGroup(w.ctx, stream(w), group, rheo.ResetOptions{Confirm: true, Start: rheo.AfterSequence(1 << 40)}))
+		}},
+		{"reset_group_of_a_missing_partition", func(w *world) error {
+			return errOf(w.c.ResetGroup(w.ctx, stream(w), group, rheo.ResetOptions{Confirm: true, Partitions: []int{99}}))
+		}},
 		{"redrive", func(w *world) error { _, err := w.c.Redrive(w.ctx, stream(w), group); return err }},
 	}, leaseCalls(func(w *world) rheo.Lease {
 		return w.lease(func(l *rheo.Lease) { l.Stream, l.Group = stream(w), group })

@@ -40,6 +40,28 @@ func runEdges(t *testing.T, f Factory) {
 			require.NoError(t, err)
 			require.Len(t, evs, 3, "sequences 2 and 3 of partition 0, 2 of partition 1")
 		}},
+		{"replay_and_reset_count_what_the_start_passed_over", func(t *testing.T, f Factory) {
+			// The count is the retained events at or below the group's cursor:
+			// those it was offered and those its start passed over.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			e.appendN(s, 0, 4)
+			g := e.group(s, rheo.GroupConfig{Start: rheo.Latest()})
+			n, err := e.c.Replay(e.ctx, s, g, rheo.FromSequence(1))
+			require.NoError(t, err)
+			require.Equal(t, 3, n, "sequences 2 to 4, passed over by Latest")
+			n, err = e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.Latest()})
+			require.NoError(t, err)
+			require.Zero(t, n)
+			n, err = e.c.ResetGroup(e.ctx, s, g, rheo.ResetOptions{Confirm: true, Start: rheo.Beginning()})
+			require.NoError(t, err)
+			require.Equal(t, 4, n)
+			e.appendN(s, 0, 1)
+			n, err = e.c.Replay(e.ctx, s, g, rheo.FromSequence(0))
+			require.NoError(t, err)
+			require.Zero(t, n, "the cursor is at 0: all five are still to be delivered")
+			require.Len(t, e.drain(s, g), 5)
+		}},
 		{"rotation_starts_at_the_first_partition_for_a_new_group_of_an_old_name", func(t *testing.T, f Factory) {
 			// The first fetch of a group starts with the first requested
 			// partition: also for a group created again under a deleted

@@ -336,6 +336,46 @@ func runRetention(t *testing.T, f Factory) {
 			require.NoError(t, err)
 			require.Equal(t, int64(6), ev.Sequence, "sequences continue after an emptied partition")
 		}},
+		{"max_age_between_microseconds_removes_exactly_the_older_events", func(t *testing.T, f Factory) {
+			// Times are kept in whole microseconds; a MaxAge that is not a
+			// whole number of them still removes exactly the events older
+			// than now − MaxAge, and GroupInfo says so first.
+			e := newEnv(t, f)
+			s := e.stream(1)
+			now := e.clk.Now()
+			for _, at := range []time.Time{now.Add(-time.Minute - time.Microsecond), now.Add(-time.Minute), now} {
+				_, err := e.c.Append(e.ctx, s, rheo.Message{Timestamp: at, Payload: []byte(`{}`)})
+				require.NoError(t, err)
+			}
+			g := e.group(s, rheo.GroupConfig{})
+			r := rheo.Retention{MaxAge: time.Minute + 500*time.Nanosecond}
+			require.NoError(t, e.c.SetRetention(e.ctx, s, r))
+			require.True(t, e.info(s, g).HoldsRetention, "the first event is older than now − MaxAge")
+			rep := e.trim(s, rheo.TrimOptions{Retention: r, Force: true, Confirm: true})
+			require.Equal(t, int64(1), rep.Removed)
+			require.Equal(t, int64(1), rep.Partitions[0].Target)
+			require.Equal(t, []int64{2, 3}, seqs(e.readAll(s, 0)))
+		}},
+		{"backend_trim_and_replay_of_a_missing_partition_are_refused", func(t *testing.T, f Factory) {
+			// The client checks partitions first; a backend called directly
+			// (or racing a stream created again with fewer partitions)
+			// refuses them itself, and writes nothing.
+			e := newEnv(t, f)
+			s := e.stream(2)
+			e.appendN(s, 0, 2)
+			g := e.group(s, rheo.GroupConfig{})
+			e.ack(e.fetchN(s, g, 2)...)
+			b := e.c.Backend()
+			_, err := b.Trim(e.ctx, rheo.TrimRequest{Stream: s, Partition: 2, Through: 1, Limit: 10, Force: true})
+			require.ErrorIs(t, err, rheo.ErrInvalidPartition)
+			_, err = b.Replay(e.ctx, rheo.ReplayRequest{Stream: s, Group: g,
+				Events: []rheo.EventRef{{Partition: 0, Sequence: 1}, {Partition: 5, Sequence: 1}}})
+			require.ErrorIs(t, err, rheo.ErrInvalidPartition)
+			require.Equal(t, int64(2), e.lag(s, g).Partitions[0].Frontier, "nothing was reopened")
+			n, err := b.Replay(e.ctx, rheo.ReplayRequest{Stream: s, Group: g, Events: []rheo.EventRef{{Partition: 0, Sequence: 1}}})
+			require.NoError(t, err, "the store still answers")
+			require.Equal(t, 1, n)
+		}},
 		{"retention_lease_has_one_holder", func(t *testing.T, f Factory) {
 			e := newEnv(t, f)
 			s := e.stream(1)

@@ -87,6 +87,12 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) (int, error) {
 	if err == nil {
 		err = checkParts(s, r.Stream, nil, r.FromSequence)
 	}
+	for _, ref := range r.Events {
+		if err != nil {
+			break
+		}
+		err = checkParts[int](s, r.Stream, []int{ref.Partition}, nil)
+	}
 	if err != nil {
 		b.mu.Unlock()
 		return 0, err

@@ -68,6 +68,9 @@ func (b *Backend) Trim(_ context.Context, r rheo.TrimRequest) (rheo.TrimResult, 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, err := b.stream(r.Stream)
+	if err == nil {
+		err = checkParts[int](s, r.Stream, []int{r.Partition}, nil)
+	}
 	if err != nil {
 		return rheo.TrimResult{}, err
 	}

@@ -730,6 +730,9 @@ func (b *Backend) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error)
 	for _, ref := range r.Events {
 		refs[ref.Partition] = append(refs[ref.Partition], ref)
 	}
+	if err := checkParts(s, nil, refs); err != nil {
+		return 0, err
+	}
 	for p := range s.Partitions {
 		from, rewind := r.FromSequence[p]
 		if !rewind && len(refs[p]) == 0 {

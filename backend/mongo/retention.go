@@ -168,6 +168,9 @@ func (b *Backend) Trim(ctx context.Context, r rheo.TrimRequest) (rheo.TrimResult
 	if err != nil {
 		return rheo.TrimResult{}, err
 	}
+	if err := checkParts[int](s, []int{r.Partition}, nil); err != nil {
+		return rheo.TrimResult{}, err
+	}
 	n, hw, err := b.batchHead(ctx, s)
 	if err != nil {
 		return rheo.TrimResult{}, err

@@ -85,6 +85,7 @@ return {m[1] or '0', m[2] or '0', m[3] or '0', redis.call('HGETALL', base .. 'tr
 // the new trimmed sequence goes, unacked events counted as skipped.
 var trimScript = goredis.NewScript(common + retentionCommon + `
 local e = need_stream(); if e then return e end
+local bad = bad_partitions(2, 1, 1); if bad then return bad end
 local p = ARGV[2]
 local pn = tonumber(p)
 local sk = skey(p)

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/redis"
+	"github.com/rheo-go/rheo/clock"
 )
 
 // TestMaxEventsBoundsKeys appends continuously under MaxEvents and checks
@@ -69,4 +72,46 @@ func TestMaxEventsBoundsKeys(t *testing.T) {
 	t.Logf("MEMORY USAGE of the partition streams and ID index: %d bytes after 1k events, %d after 3k", warm, end)
 	// 2,000 more events of 1 KiB would add ~2 MB.
 	require.Less(t, end, warm*3/2, "memory follows the retained events, not the appended ones")
+}
+
+// Redis filters times by scanning a partition's entries, within a limit
+// (WithQueryScanLimit). A trim by MaxAge behind more old events than that,
+// GroupInfo (which asks whether a group holds retention back) and
+// EnforceRetention still work: the cutoff is searched in windows of
+// sequences the limit allows.
+func TestMaxAgeBehindMoreOldEventsThanTheScanLimit(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBackend(t, redis.WithQueryScanLimit(5))
+	clk := clock.NewFrozen(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := rheo.New(b, rheo.WithClock(clk))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	require.NoError(t, c.CreateStream(ctx, "t", rheo.StreamConfig{Partitions: 1, Retention: rheo.Retention{MaxEvents: 1}}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	for range 12 {
+		_, err := c.Append(ctx, "s", rheo.Message{Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		_, err = c.Append(ctx, "t", rheo.Message{Payload: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	clk.Advance(2 * time.Hour)
+	_, err := c.Append(ctx, "s", rheo.Message{Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, c.SetRetention(ctx, "s", rheo.Retention{MaxAge: time.Hour}))
+
+	info, err := c.GroupInfo(ctx, "s", "g")
+	require.NoError(t, err)
+	require.True(t, info.HoldsRetention)
+
+	rep, err := c.Trim(ctx, "s", rheo.TrimOptions{})
+	require.NoError(t, err)
+	require.Equal(t, int64(12), rep.Partitions[0].Target)
+	require.Zero(t, rep.Removed, "the group holds it back")
+
+	reps, err := c.EnforceRetention(ctx)
+	require.NoError(t, err)
+	require.Len(t, reps, 2)
+
+	rep, err = c.Trim(ctx, "s", rheo.TrimOptions{Force: true, Confirm: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(12), rep.Removed)
 }

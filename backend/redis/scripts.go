@@ -1155,6 +1155,7 @@ var replayScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local nf = tonumber(ARGV[4])
 local bad = bad_partitions(5, 2, nf); if bad then return bad end
+bad = bad_partitions(6 + 2 * nf, 2, tonumber(ARGV[5 + 2 * nf])); if bad then return bad end
 local o = 5
 local reopened = 0
 for i = 1, nf do
