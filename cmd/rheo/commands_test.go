@@ -214,6 +214,11 @@ func TestAppendRejectsBadInputAndWritesNothing(t *testing.T) {
 	c.failsStdin("{\"ok\":1}\n{\"big\":\""+strings.Repeat("x", maxInputLine)+"\"}\n", exitError,
 		"stdin line 2 is longer than 16 MiB, the most one line may hold; nothing was appended", "append", "orders")
 	c.fails(exitUsage, "no payload given", "append", "orders")
+	c.fails(exitUsage, "--id is empty: give an event ID, or leave the flag out", "append", "orders", `{}`, "--id", "")
+	c.failsStdin("{\"type\":5,\"payload\":{}}\n", exitError, `stdin line 1: envelope member "type" must be a string, not a JSON number`, "append", "orders")
+	c.failsStdin("{\"partition\":\"1\",\"payload\":{}}\n", exitError, `envelope member "partition" must be an integer, not a JSON string`, "append", "orders")
+	c.failsStdin("{\"metadata\":[1],\"payload\":{}}\n", exitError, `envelope member "metadata" must be an object of strings, not a JSON array`, "append", "orders")
+	c.fails(exitUsage, "timestamp is already ordered by", "query", "orders", "--order", "timestamp:desc", "--order", "timestamp:asc")
 	c.fails(exitError, "invalid partition", "append", "orders", `{}`, "--partition", "5")
 
 	evs, _ := c.events()

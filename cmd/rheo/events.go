@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"time"
 
@@ -49,6 +50,9 @@ IDs appends nothing new.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			stream := args[0]
+			if cmd.Flags().Changed("id") && id == "" {
+				return usagef("append: --id is empty: give an event ID, or leave the flag out for a new UUIDv7")
+			}
 			metadata, err := parseKV("meta", meta)
 			if err != nil {
 				return err
@@ -158,9 +162,30 @@ func parseEnvelope(b []byte) (*envelope, error) {
 	}
 	var e envelope
 	if err := json.Unmarshal(b, &e); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, fmt.Errorf("envelope member %q must be %s, not a JSON %s", te.Field, jsonKind(te.Type), te.Value)
+		}
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
 	return &e, nil
+}
+
+// jsonKind names, in JSON's terms, what a Go type of an envelope member
+// takes.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Map:
+		return "an object of strings"
+	}
+	return "a " + t.String()
 }
 
 // apply sets m's fields from the envelope's.

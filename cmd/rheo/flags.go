@@ -71,8 +71,13 @@ func parseTime(flag, s string) (time.Time, error) {
 // parseOrder reads field[:desc] (or field:asc).
 func parseOrder(specs []string) ([]rheo.Order, error) {
 	var out []rheo.Order
+	seen := map[string]bool{}
 	for _, s := range specs {
 		field, dir, _ := strings.Cut(s, ":")
+		if seen[field] {
+			return nil, usagef("--order %q: %s is already ordered by (name each field once)", s, field)
+		}
+		seen[field] = true
 		switch strings.ToLower(dir) {
 		case "", "asc":
 			out = append(out, rheo.Asc(field))
