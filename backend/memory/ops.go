@@ -85,13 +85,11 @@ func (b *Backend) Replay(_ context.Context, r rheo.ReplayRequest) (int, error) {
 	b.mu.Lock()
 	s, g, err := b.group(r.Stream, r.Group)
 	if err == nil {
-		err = checkParts(s, r.Stream, nil, r.FromSequence)
-	}
-	for _, ref := range r.Events {
-		if err != nil {
-			break
+		parts := make([]int, len(r.Events))
+		for i, ref := range r.Events {
+			parts[i] = ref.Partition
 		}
-		err = checkParts[int](s, r.Stream, []int{ref.Partition}, nil)
+		err = checkParts(s, r.Stream, parts, r.FromSequence)
 	}
 	if err != nil {
 		b.mu.Unlock()

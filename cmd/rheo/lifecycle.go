@@ -29,7 +29,7 @@ untouched. It refuses to run without --confirm.`,
 			if !confirm {
 				return usagef("delete-group drops the progress and dead letters of group %q on stream %q; nothing was changed — rerun with --confirm", args[1], args[0])
 			}
-			return a.withExisting(cmd, func(ctx context.Context, c *rheo.Client) error {
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				if err := c.DeleteGroup(ctx, args[0], args[1], rheo.DeleteOptions{Confirm: true}); err != nil {
 					return err
 				}
@@ -55,7 +55,7 @@ group with all their state. It refuses to run without --confirm.`,
 			if !confirm {
 				return usagef("delete-stream drops every event and group of stream %q; nothing was changed — rerun with --confirm", args[0])
 			}
-			return a.withExisting(cmd, func(ctx context.Context, c *rheo.Client) error {
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				if err := c.DeleteStream(ctx, args[0], rheo.DeleteOptions{Confirm: true}); err != nil {
 					return err
 				}
@@ -136,7 +136,7 @@ then skip the removed range and count it as skipped (rheo info).`,
 			if force && !confirm {
 				return usagef("trim --force removes events groups have not finished; nothing was changed — rerun with --force --confirm")
 			}
-			return a.withExisting(cmd, func(ctx context.Context, c *rheo.Client) error {
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				if rules.IsZero() {
 					st, err := c.Stream(ctx, args[0])
 					if err != nil {
@@ -210,7 +210,7 @@ the frontier: not yet offered, in flight, or acked out of order).`,
 		Example: "  rheo get orders 0193a1b2-…",
 		Args:    cobra.ExactArgs(2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			return a.withExisting(cmd, func(ctx context.Context, c *rheo.Client) error {
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				stream, id := args[0], args[1]
 				found, err := c.Backend().Events(ctx, stream, []string{id})
 				if err != nil {
@@ -306,15 +306,6 @@ func (a *app) completionCommand() *cobra.Command {
 	}
 }
 
-// withExisting is withClient for commands that must not create a store:
-// a sqlite: file that does not exist is an error, never a new empty file.
-func (a *app) withExisting(cmd *cobra.Command, f func(ctx context.Context, c *rheo.Client) error) error {
-	if err := a.requireExistingStore(); err != nil {
-		return err
-	}
-	return a.withClient(cmd, f)
-}
-
 // requireExistingStore refuses to open a sqlite: file that does not exist
 // yet: commands that only read, or change what must already exist, never
 // leave a new empty database behind (a mistyped path is an error).
@@ -333,15 +324,6 @@ func (a *app) requireExistingStore() error {
 		return fmt.Errorf("store %s does not exist (create it with rheo create-stream or rheo migrate, or check --dsn/RHEO_DSN)", redact(dsn))
 	}
 	return nil
-}
-
-// annotationReadOnly marks commands that never create a store.
-const annotationReadOnly = "rheo.readonly"
-
-// readOnlyCommands only read the store: they never create one.
-var readOnlyCommands = map[string]bool{
-	"streams": true, "groups": true, "query": true, "tail": true, "lag": true,
-	"info": true, "dead-letters": true, "get": true,
 }
 
 // storeCreators may create a sqlite: file that does not exist yet: every
@@ -371,7 +353,7 @@ it, and so does any client opened WithRetention.`,
 			if r.IsZero() != none {
 				return usagef("set-retention needs --max-age, --max-events or --interest, or --none to remove the policy (not both)")
 			}
-			return a.withExisting(cmd, func(ctx context.Context, c *rheo.Client) error {
+			return a.withClient(cmd, func(ctx context.Context, c *rheo.Client) error {
 				if err := c.SetRetention(ctx, args[0], r); err != nil {
 					return err
 				}

@@ -219,14 +219,6 @@ the lease move to another worker.`,
 		}
 		return nil
 	}
-	for _, c := range root.Commands() {
-		if readOnlyCommands[c.Name()] {
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
-			}
-			c.Annotations[annotationReadOnly] = "true"
-		}
-	}
 	return root
 }
 
@@ -255,7 +247,8 @@ func (a *app) client(ctx context.Context, opts ...rheo.Option) (*rheo.Client, er
 
 // withClient runs f with a client of the store (see client) and the
 // command's context, closing the client when f returns: every command that
-// talks to the store once goes through here.
+// talks to the store once goes through here. Only storeCreators may open a
+// sqlite: file that does not exist yet.
 func (a *app) withClient(cmd *cobra.Command, f func(ctx context.Context, c *rheo.Client) error) error {
 	ctx := cmd.Context()
 	if !storeCreators[cmd.Name()] {
