@@ -85,6 +85,8 @@ func (dialect) PayloadEq(b *sqlstore.Builder, col string, path []string, v any) 
 // Misconfigured names the fix for the server errors no retry can cure.
 func (dialect) Misconfigured(err error) string { return misconfigured(err) }
 
+func (dialect) InsertMany() string { return "INSERT" }
+
 func (dialect) IsUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"

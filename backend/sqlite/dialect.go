@@ -23,6 +23,7 @@ func (dialect) MaxParams() int             { return 32766 }
 func (dialect) LockRows() string           { return "" }
 func (dialect) TextOrder() string          { return "" }
 func (dialect) MigrationLock() string      { return "" }
+func (dialect) InsertMany() string         { return "INSERT OR FAIL" }
 func (dialect) ExplodeSpans() string       { return "" } // the shared layer explodes SQLite's spans itself
 func (dialect) CommitAmbiguous(error) bool { return false }
 

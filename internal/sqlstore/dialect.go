@@ -41,6 +41,12 @@ type Dialect interface {
 	// and those whose members are all settled), or "" for a store that
 	// writes no spans (see spans.go).
 	ExplodeSpans() string
+	// InsertMany is the verb of a multi-row INSERT that the write
+	// transaction rolls back whole when it fails: "INSERT OR FAIL" on
+	// SQLite (a failing row ends the statement without undoing the rows
+	// before it, so SQLite keeps no statement journal of the pages it
+	// changes), "INSERT" elsewhere.
+	InsertMany() string
 	// MigrationLock is a statement run first in the migration transaction
 	// so that concurrent Migrate calls serialise ("" when the write
 	// transaction already does).

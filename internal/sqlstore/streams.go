@@ -246,7 +246,7 @@ func (s *Store) appendTx(ctx context.Context, stream string, events []rheo.Event
 		}
 		for chunk := range slices.Chunk(fresh, appendChunk) {
 			var b Builder
-			b.S("INSERT INTO rheo_events (stream_id, part, seq, id, etype, ekey, ts, payload, metadata) VALUES ")
+			b.S(s.d.InsertMany() + " INTO rheo_events (stream_id, part, seq, id, etype, ekey, ts, payload, metadata) VALUES ")
 			for j, i := range chunk {
 				e := &out[i]
 				meta, err := encodeMeta(e.Metadata)
