@@ -23,7 +23,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		Short: "Create or upgrade the store's schema (idempotent)",
 		Long: `Create or upgrade the store's schema and indexes. Running it again is a no-op.
 Embedded stores (memory:, sqlite:) are migrated by every command; shared stores
-(postgres://, redis://) only by this one.
+(postgres://, redis://, mongodb://) only by this one.
 
 --print writes the schema SQL instead, without connecting, for applying
 migrations with your own tool (PostgreSQL only: one idempotent script, to run

@@ -67,7 +67,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
 	return &app{
 		stdin: stdin, stdout: stdout, stderr: stderr,
 		getenv:     os.Getenv,
-		open:       rheo.Open,
+		open:       openStore,
 		executable: os.Executable,
 	}
 }
@@ -277,6 +277,9 @@ func (a *app) openDSN(ctx context.Context, dsn string, opts ...rheo.Option) (*rh
 			c.Close()
 			return nil, fmt.Errorf("migrate %s: %w", redact(dsn), err)
 		}
+	} else if err := requireMigrated(ctx, c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("open %s: %w", redact(dsn), err)
 	}
 	return c, nil
 }

@@ -18,6 +18,7 @@ import (
 var (
 	srv    *Server
 	client *mongo.Client
+	tmpDir string // the embedded server's directory, removed after the tests
 )
 
 func TestMain(m *testing.M) {
@@ -29,6 +30,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	tmpDir = dir
 	srv, err = Start(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
