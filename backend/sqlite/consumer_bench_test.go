@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -55,7 +56,7 @@ func BenchmarkConsumerRuntime(b *testing.B) {
 		ran := make(chan error, 1)
 		b.StartTimer()
 		start := time.Now()
-		go func() { ran <- k.Run(rc) }()
+		go pprof.Do(rc, pprof.Labels("phase", "consume"), func(rc context.Context) { ran <- k.Run(rc) })
 		<-all
 		if err := k.Drain(ctx); err != nil {
 			b.Fatal(err)
