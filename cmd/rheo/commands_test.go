@@ -615,7 +615,7 @@ func TestBenchReportsRatesAndSettings(t *testing.T) {
 	c := memoryCLI(t)
 	var rep benchReport
 	c.jsonOK(&rep, "bench", "--events", "300", "--batch", "50", "--fetch-limit", "40", "--consumers", "2", "--partitions", "3", "--groups", "2")
-	require.Equal(t, benchSettings{DSN: "memory:", Stream: rep.Settings.Stream, Events: 300, Batch: 50,
+	require.Equal(t, benchSettings{DSN: "memtest:", Stream: rep.Settings.Stream, Events: 300, Batch: 50,
 		Partitions: 3, FetchLimit: 40, Consumers: 2, Groups: 2}, rep.Settings)
 	require.Len(t, rep.Results, 3)
 	for i, phase := range []string{"append", "consume", "runtime"} {
@@ -624,7 +624,7 @@ func TestBenchReportsRatesAndSettings(t *testing.T) {
 		require.Positive(t, rep.Results[i].EventsPerSec)
 	}
 	out := c.ok("bench", "--events", "100")
-	require.Regexp(t, `(?m)^backend memory:, stream bench-\w+: events 100, partitions 1, append batch 100, fetch limit 100, consumers 1, idle groups 0$`, out)
+	require.Regexp(t, `(?m)^backend memtest:, stream bench-\w+: events 100, partitions 1, append batch 100, fetch limit 100, consumers 1, idle groups 0$`, out)
 	require.Regexp(t, `(?m)^consume\s+Fetch\(Limit 100\)\+AckBatch x1\s+100\s+`, out)
 	// The runtime runs with only Concurrency set: the default window.
 	require.Regexp(t, `(?m)^runtime\s+Consumer \(Concurrency 1, default window ≤ 2000\)\s+100\s+`, out)
@@ -696,4 +696,27 @@ func TestBenchWithoutDSNUsesATemporaryFile(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out.String()), &rep))
 	require.Regexp(t, `^sqlite:.*rheo-bench-\d+/bench\.db$`, rep.Settings.DSN)
 	require.NoFileExists(t, "rheo.db", "bench never writes to the default store")
+}
+
+// memory: is a new, empty store in every run: the commands that work on
+// what a store holds refuse it as a usage error, and demo and bench, which
+// do everything in one run, take it.
+func TestMemoryDSNOnlyForDemoAndBench(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"create-stream", "orders"},
+		{"streams"},
+		{"append", "orders", `{"n":1}`},
+		{"lag", "orders", "g"},
+		{"dashboard", "--addr", "127.0.0.1:0"},
+	} {
+		var out, errOut strings.Builder
+		code := run(context.Background(), append([]string{"--dsn", "memory:"}, args...), strings.NewReader(""), &out, &errOut)
+		require.Equal(t, exitUsage, code, "%s: %s", args[0], errOut.String())
+		require.Contains(t, errOut.String(), "rheo "+args[0]+": memory: is a new, empty store in every run of rheo", args[0])
+		require.Empty(t, out.String(), args[0])
+	}
+	var out, errOut strings.Builder
+	code := run(context.Background(), []string{"--dsn", "memory:", "bench", "--events", "50"}, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
 }

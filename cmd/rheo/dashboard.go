@@ -43,6 +43,9 @@ name, the token as the password. Scripts send "Authorization: Bearer TOKEN".`,
 			if err := checkListenAddr(addr); err != nil {
 				return err
 			}
+			if err := a.requireLastingStore(cmd.Name()); err != nil {
+				return err
+			}
 			if err := a.requireExistingStore(); err != nil {
 				return err
 			}

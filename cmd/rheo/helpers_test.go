@@ -39,11 +39,13 @@ type keepOpen struct{ rheo.Backend }
 func (keepOpen) Close() error { return nil }
 
 // memoryCLI keeps one memory store for every invocation of the test, which
-// the real memory: DSN cannot do (each Open is a new, empty store).
+// the real memory: DSN cannot do (each Open is a new, empty store, and so
+// the command refuses memory: but for demo and bench). Its DSN names no
+// registered backend: the test's opener alone serves it.
 func memoryCLI(t *testing.T) *cli {
 	b := memory.New()
 	t.Cleanup(func() { _ = b.Close() })
-	return &cli{t: t, dsn: "memory:", backend: b,
+	return &cli{t: t, dsn: "memtest:", backend: b,
 		open: func(_ context.Context, _ string, opts ...rheo.Option) (*rheo.Client, error) {
 			return rheo.New(keepOpen{b}, opts...), nil
 		}}

@@ -326,6 +326,19 @@ func (a *app) requireExistingStore() error {
 	return nil
 }
 
+// requireLastingStore refuses memory: to a command that works on what a
+// store holds: memory: is a new, empty store in every run of rheo, gone
+// when it exits, so a stream created there (say) would be gone before the
+// next command. demo and bench do everything in one run; they do not
+// come here.
+func (a *app) requireLastingStore(cmd string) error {
+	if a.storeDSN() == "memory:" {
+		return usagef("rheo %s: memory: is a new, empty store in every run of rheo, gone when it exits; "+
+			"use sqlite:PATH (the default is sqlite:rheo.db) or a shared store (only demo and bench run on memory:)", cmd)
+	}
+	return nil
+}
+
 // storeCreators may create a sqlite: file that does not exist yet: every
 // other command works on what a store already holds (a stream, a group),
 // so a path that does not exist is a mistake to report, not a new empty

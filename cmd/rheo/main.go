@@ -251,6 +251,9 @@ func (a *app) client(ctx context.Context, opts ...rheo.Option) (*rheo.Client, er
 // sqlite: file that does not exist yet.
 func (a *app) withClient(cmd *cobra.Command, f func(ctx context.Context, c *rheo.Client) error) error {
 	ctx := cmd.Context()
+	if err := a.requireLastingStore(cmd.Name()); err != nil {
+		return err
+	}
 	if !storeCreators[cmd.Name()] {
 		if err := a.requireExistingStore(); err != nil {
 			return err
