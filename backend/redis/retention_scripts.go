@@ -19,9 +19,9 @@ local function drop_group(g, n)
   local gb = gbase(g)
   for p = 0, n - 1 do
     pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), g)
-    redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
+    redis.call('UNLINK', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   end
-  redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm')
+  redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm')
   redis.call('HDEL', base .. 'groups', g)
 end
 -- uvarint reads a length prefix (IDs are at most 200 bytes: two bytes).
@@ -47,8 +47,8 @@ var deleteStreamScript = goredis.NewScript(common + retentionCommon + `
 local e = need_stream(); if e then return e end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
 for _, g in ipairs(redis.call('HKEYS', base .. 'groups')) do drop_group(g, n) end
-for p = 0, n - 1 do redis.call('DEL', skey(p)) end
-redis.call('DEL', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'trimmed', KEYS[1])
+for p = 0, n - 1 do redis.call('UNLINK', skey(p)) end
+redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'trimmed', KEYS[1])
 redis.call('SPUBLISH', base .. 'wake', '1')
 return 1
 `)

@@ -517,10 +517,10 @@ if redis.call('HSETNX', base .. 'groups', group, ARGV[4]) == 0 then
   return redis.error_reply('RHEO_EXISTS')
 end
 local n = tonumber(ARGV[5])
-redis.call('DEL', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm')
+redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm')
 for p = 0, n - 1 do
   local s = ARGV[6 + p]
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
+  redis.call('UNLINK', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   local ok = pcall(redis.call, 'XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
   if not ok then
     redis.call('XGROUP', 'DESTROY', skey(p), group)
@@ -1247,7 +1247,7 @@ for i = 0, n - 1 do
   local p, s = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local pn = tonumber(p)
   reopened = reopened + math.max(cursor(p) - tonumber(s), 0)
-  redis.call('DEL', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
+  redis.call('UNLINK', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   local lo, hi = fmt(pn * PSHIFT), fmt(pn * PSHIFT + PSHIFT - 1)
   local dl = redis.call('ZRANGEBYSCORE', gb .. 'q', lo, hi)
   if #dl > 0 then
