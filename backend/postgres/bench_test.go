@@ -363,7 +363,7 @@ func BenchmarkAppendBatch100PerPartition(b *testing.B) {
 // against settling it whole: one partition, fetches of 500 (one span
 // each), each acked in one AckBatch ("whole") or in AckBatches of 250, 100
 // or 10 leases. The consumer runtime settles a fetch's leases together for
-// this reason (see docs/performance.md).
+// this reason (see docs/performance-log.md, "Settles by whole fetches").
 func BenchmarkAckSpanInParts(b *testing.B) {
 	const fetch = 500
 	for _, part := range []int{fetch, 250, 100, 10} {

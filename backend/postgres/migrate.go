@@ -104,7 +104,7 @@ const payloadIndexLock = "1919444336"
 // event of the stream that the query's other filters leave; with it each
 // append also writes the index entries of its payload and metadata (with
 // small JSON payloads, appends ran at about 0.7–0.8 of their rate without
-// it; docs/performance.md). Run it once per schema, after Migrate; it does
+// it; docs/performance-log.md, "The payload index"). Run it once per schema, after Migrate; it does
 // not block appends while it builds, and later migrations leave it in
 // place. Drop it with DROP INDEX CONCURRENTLY rheo_events_json in the
 // backend's schema.

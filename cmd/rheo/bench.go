@@ -65,6 +65,9 @@ temporary directory, not ./rheo.db.`,
 				s.Consumers < 1 || s.Groups < 0 || s.Partitions < 1 || s.Partitions > rheo.MaxPartitions {
 				return usagef("bench: --events, --consumers and --partitions must be positive, --groups not negative; --batch and --fetch-limit in 1..%d", rheo.MaxLimit)
 			}
+			if s.Keep && a.storeDSN() == "memory:" {
+				return usagef("bench: --keep with memory: keeps nothing (the store is gone when the command exits); use sqlite:PATH or a shared store")
+			}
 			ctx := cmd.Context()
 			s.DSN = a.storeDSN()
 			if !a.dsnGiven() {

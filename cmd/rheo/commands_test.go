@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -713,10 +714,28 @@ func TestMemoryDSNOnlyForDemoAndBench(t *testing.T) {
 		var out, errOut strings.Builder
 		code := run(context.Background(), append([]string{"--dsn", "memory:"}, args...), strings.NewReader(""), &out, &errOut)
 		require.Equal(t, exitUsage, code, "%s: %s", args[0], errOut.String())
-		require.Contains(t, errOut.String(), "rheo "+args[0]+": memory: is a new, empty store in every run of rheo", args[0])
+		require.Contains(t, errOut.String(), "rheo: memory: is a new, empty store in every run of rheo, gone when it exits: 'rheo "+args[0]+"' needs a store that outlives it", args[0])
 		require.Empty(t, out.String(), args[0])
 	}
+	// append refuses before it reads stdin (a terminal would wait for input).
 	var out, errOut strings.Builder
-	code := run(context.Background(), []string{"--dsn", "memory:", "bench", "--events", "50"}, strings.NewReader(""), &out, &errOut)
+	code := run(context.Background(), []string{"--dsn", "memory:", "append", "orders"}, failingReader{t}, &out, &errOut)
+	require.Equal(t, exitUsage, code, errOut.String())
+	out.Reset()
+	errOut.Reset()
+	code = run(context.Background(), []string{"--dsn", "memory:", "bench", "--events", "50", "--keep"}, strings.NewReader(""), &out, &errOut)
+	require.Equal(t, exitUsage, code, errOut.String())
+	require.Contains(t, errOut.String(), "--keep with memory: keeps nothing")
+	out.Reset()
+	errOut.Reset()
+	code = run(context.Background(), []string{"--dsn", "memory:", "bench", "--events", "50"}, strings.NewReader(""), &out, &errOut)
 	require.Equal(t, 0, code, errOut.String())
+}
+
+// failingReader fails the test that reads it.
+type failingReader struct{ t *testing.T }
+
+func (r failingReader) Read([]byte) (int, error) {
+	r.t.Error("stdin was read")
+	return 0, io.EOF
 }

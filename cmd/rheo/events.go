@@ -50,6 +50,9 @@ IDs appends nothing new.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			stream := args[0]
+			if err := a.requireLastingStore(cmd.Name()); err != nil {
+				return err // before stdin is read
+			}
 			if cmd.Flags().Changed("id") && id == "" {
 				return usagef("append: --id is empty: give an event ID, or leave the flag out for a new UUIDv7")
 			}

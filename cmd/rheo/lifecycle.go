@@ -329,12 +329,12 @@ func (a *app) requireExistingStore() error {
 // requireLastingStore refuses memory: to a command that works on what a
 // store holds: memory: is a new, empty store in every run of rheo, gone
 // when it exits, so a stream created there (say) would be gone before the
-// next command. demo and bench do everything in one run; they do not
-// come here.
+// next command. demo, bench and migrate do not come here (the first two
+// do everything in one run). append checks before it reads stdin.
 func (a *app) requireLastingStore(cmd string) error {
 	if a.storeDSN() == "memory:" {
-		return usagef("rheo %s: memory: is a new, empty store in every run of rheo, gone when it exits; "+
-			"use sqlite:PATH (the default is sqlite:rheo.db) or a shared store (only demo and bench run on memory:)", cmd)
+		return usagef("memory: is a new, empty store in every run of rheo, gone when it exits: 'rheo %s' needs a store that outlives it; "+
+			"use sqlite:PATH (the default is sqlite:rheo.db) or a shared store (only demo, bench and migrate take memory:)", cmd)
 	}
 	return nil
 }

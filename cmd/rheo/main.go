@@ -3,7 +3,7 @@
 // benchmarks a backend, and runs the crash demo (`rheo demo`).
 //
 // The store comes from --dsn or RHEO_DSN (memory:, sqlite:PATH, postgres://…,
-// redis://…), default sqlite:rheo.db. Tables by default, --json for scripts.
+// redis://…, mongodb://…), default sqlite:rheo.db. Tables by default, --json for scripts.
 // Errors print one line on stderr and exit 1; usage errors exit 2.
 package main
 
@@ -167,10 +167,12 @@ func (a *app) rootCommand() *cobra.Command {
 with consumer groups that lease events to competing workers.
 
 The store comes from --dsn or the RHEO_DSN environment variable:
-  memory:             in this process only (gone when the command exits)
+  memory:             in this process only, gone when the command exits
+                      (for demo and bench)
   sqlite:PATH         an embedded SQLite file (the default: sqlite:rheo.db)
   postgres://…        a shared PostgreSQL database
   redis://…           a shared Redis server
+  mongodb://…/DB      a shared MongoDB database
 
 Start with 'rheo demo': it kills a real worker process mid-lease and shows
 the lease move to another worker.`,
@@ -215,7 +217,7 @@ the lease move to another worker.`,
 	root.SetVersionTemplate("rheo {{.Version}}\n")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if f := cmd.Flags().Lookup("dsn"); f != nil && f.Changed && a.dsn == "" {
-			return usagef("--dsn is empty: give a store DSN (memory:, sqlite:PATH, postgres://…, redis://…) or leave the flag out")
+			return usagef("--dsn is empty: give a store DSN (memory:, sqlite:PATH, postgres://…, redis://…, mongodb://…) or leave the flag out")
 		}
 		return nil
 	}
