@@ -42,7 +42,7 @@ var errQueuedTooLong = errors.New("lease queued too long to start a handler")
 // leases so short that the renewal interval's floor exceeds half of them),
 // and never on a backend that refused a release: there a release becomes a
 // nack, which counts an attempt, so queued leases are renewed instead.
-func (r *run) late(l Lease) bool {
+func (r *run) late(l *Lease) bool {
 	if r.noRelease.Load() {
 		return false
 	}
@@ -70,7 +70,7 @@ func (r *run) renewAll() {
 			if !r.hard && r.late(j.lease) {
 				// The worker that pops it leaves it to the settler.
 				j.releasing, j.state = true, jobSettling
-				late = append(late, settleReq{j: j, lease: &j.lease, kind: SettleRelease, reason: errQueuedTooLong.Error()})
+				late = append(late, settleReq{j: j, lease: j.lease, kind: SettleRelease, reason: errQueuedTooLong.Error()})
 			}
 		default:
 			jobs = append(jobs, j)
@@ -106,7 +106,7 @@ const renewPipeline = 16
 func (r *run) renew(j *job) {
 	r.mu.Lock()
 	skip := j.dropped || j.state == jobSettling
-	lease, hctx := j.lease, j.hctx
+	lease, hctx := *j.lease, j.hctx
 	r.mu.Unlock()
 	if skip {
 		return
@@ -124,7 +124,9 @@ func (r *run) renew(j *job) {
 	case Settled:
 		r.mu.Lock()
 		if j.state != jobSettling {
-			j.lease.ExpiresAt = renewed.ExpiresAt
+			l := *j.lease
+			l.ExpiresAt = renewed.ExpiresAt
+			j.lease = &l
 		}
 		r.mu.Unlock()
 		r.observe(ConsumerEvent{Kind: ConsumerRenewed, Lease: renewed})

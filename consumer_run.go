@@ -38,6 +38,7 @@ type job struct {
 	id     string // the lease ID
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	vctx   leaseCtx // ctx's parent
 
 	// group is the fetch the lease came in (see settleLoop).
 	group *fetchGroup
@@ -47,8 +48,11 @@ type job struct {
 	proc Process
 
 	// Guarded by run.mu.
-	hctx    context.Context // the handler's context (ctx, plus what instrumentation adds); for logs
-	lease   Lease           // renewals move ExpiresAt
+	hctx context.Context // the handler's context (ctx, plus what instrumentation adds); for logs
+	// lease is never written: a renewal replaces it with a copy that has
+	// the new ExpiresAt, so a pointer taken under mu (a settle request's,
+	// the handler context's first lease) reads without it.
+	lease   *Lease
 	state   jobState
 	dropped bool // lost to someone else: never settled
 	// inQueue: the job is in run.queue. A job stays tracked (and counted
@@ -59,6 +63,21 @@ type job struct {
 	// releasing: the renewer found it late in the queue and sent its
 	// release; the worker that pops it leaves it to the settler.
 	releasing bool
+}
+
+// leaseCtx is the runtime's context with a job's first lease as the value
+// of leaseKey (see LeaseFromContext): a context.WithValue kept in the job,
+// one allocation fewer a lease.
+type leaseCtx struct {
+	context.Context
+	l *Lease
+}
+
+func (c *leaseCtx) Value(key any) any {
+	if _, ok := key.(leaseKey); ok {
+		return c.l
+	}
+	return c.Context.Value(key)
 }
 
 // run is the state of one Run call. The Run goroutine fetches; Concurrency
@@ -300,8 +319,10 @@ func (r *run) dispatch(leases []Lease) {
 		// The context holds the fetched lease by pointer: leases is the
 		// runtime's own and is never written again.
 		l := &leases[i]
-		ctx, cancel := context.WithCancelCause(context.WithValue(r.bg, leaseKey{}, l))
-		j := &job{id: l.ID, ctx: ctx, hctx: ctx, cancel: cancel, lease: *l, inQueue: true, group: g}
+		j := &job{id: l.ID, lease: l, inQueue: true, group: g}
+		j.vctx = leaseCtx{Context: r.bg, l: l}
+		j.ctx, j.cancel = context.WithCancelCause(&j.vctx)
+		j.hctx = j.ctx
 		r.inflight[j] = struct{}{}
 		jobs[i] = j
 	}
@@ -431,17 +452,17 @@ func (r *run) work() {
 			if hard {
 				reason = ErrConsumerStopped
 			}
-			r.settles <- settleReq{j: j, lease: &j.lease, kind: SettleRelease, reason: reason.Error()}
+			r.settles <- settleReq{j: j, lease: lease, kind: SettleRelease, reason: reason.Error()}
 		default:
 			r.handle(j, lease)
 		}
 	}
 }
 
-func (r *run) handle(j *job, lease Lease) {
+func (r *run) handle(j *job, lease *Lease) {
 	hctx := j.ctx
 	if r.ins != nil {
-		hctx, j.proc = r.ins.StartProcess(j.ctx, lease)
+		hctx, j.proc = r.ins.StartProcess(j.ctx, *lease)
 		r.mu.Lock()
 		j.hctx = hctx
 		r.mu.Unlock()
@@ -462,7 +483,7 @@ func (r *run) handle(j *job, lease Lease) {
 	lease = j.lease
 	r.mu.Unlock()
 	if r.obs != nil {
-		r.observe(ConsumerEvent{Kind: ConsumerHandled, Lease: lease, Duration: elapsed, Err: err, Panicked: panicked})
+		r.observe(ConsumerEvent{Kind: ConsumerHandled, Lease: *lease, Duration: elapsed, Err: err, Panicked: panicked})
 	}
 	if dropped {
 		// Renewal found the lease taken by someone else and released it.
@@ -472,9 +493,9 @@ func (r *run) handle(j *job, lease Lease) {
 		return
 	}
 	if err != nil && !panicked {
-		r.log.DebugContext(hctx, "handler failed", append(leaseAttrs(lease), "err", err)...)
+		r.log.DebugContext(hctx, "handler failed", append(leaseAttrs(*lease), "err", err)...)
 	}
-	req := settleReq{j: j, lease: &j.lease}
+	req := settleReq{j: j, lease: lease}
 	if err == nil {
 		req.kind = SettleAck
 	} else {
@@ -512,7 +533,7 @@ func (r *run) call(j *job, ctx context.Context, e Event) (err error, panicked bo
 			r.mu.Lock()
 			lease := j.lease
 			r.mu.Unlock()
-			r.log.ErrorContext(ctx, "handler panicked", append(leaseAttrs(lease), "panic", v, "stack", string(debug.Stack()))...)
+			r.log.ErrorContext(ctx, "handler panicked", append(leaseAttrs(*lease), "panic", v, "stack", string(debug.Stack()))...)
 		}
 	}()
 	return r.cfg.Handler(ctx, e), false

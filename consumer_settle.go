@@ -13,8 +13,9 @@ const maxSettleBatch = MaxLimit
 // settleReq asks the settler to settle one job's lease.
 type settleReq struct {
 	j *job
-	// lease is the job's: once a job is settling nothing writes its lease
-	// again (renewals skip it), so the settler reads it without r.mu.
+	// lease is the job's when it began to settle: renewals skip a settling
+	// job, and replace a job's lease rather than write it, so the settler
+	// reads it without r.mu.
 	lease  *Lease
 	kind   SettleKind
 	reason string

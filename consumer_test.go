@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,4 +248,71 @@ func TestRunOnClosedClient(t *testing.T) {
 		t.Fatal("Run did not end after Close")
 	}
 	require.ErrorIs(t, k.Run(ctx), rheo.ErrClosed)
+}
+
+// Renewals move the lease the runtime settles and reports, never the one
+// LeaseFromContext gives a running handler (the lease as fetched), which
+// the handler reads while renewals go on (go test -race).
+func TestRenewalsLeaveTheHandlersLeaseAsFetched(t *testing.T) {
+	clk := clock.NewFrozen(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var renewed []time.Time // successful renewals' expiries
+	var handled, acked rheo.Lease
+	obs := observerFunc(func(ev rheo.ConsumerEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case ev.Kind == rheo.ConsumerRenewed && ev.Err == nil:
+			renewed = append(renewed, ev.Lease.ExpiresAt)
+		case ev.Kind == rheo.ConsumerHandled:
+			handled = ev.Lease
+		case ev.Kind == rheo.ConsumerAcked:
+			acked = ev.Lease
+		}
+	})
+	c, _ := streamOn(t, memory.New(), rheo.GroupConfig{}, 1, rheo.WithClock(clk), rheo.WithObserver(obs), rheo.WithLogger(quietLogger))
+	const d = 40 * time.Millisecond // renewed every 20ms of real time
+	var first rheo.Lease
+	seen := func(exp time.Time) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(renewed, exp)
+	}
+	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", Concurrency: 1, MaxInflight: 1, LeaseDuration: d,
+		Handler: func(ctx context.Context, _ rheo.Event) error {
+			first, _ = rheo.LeaseFromContext(ctx)
+			for i := 1; i <= 2; i++ {
+				// Half a lease passes; the next renewal moves the expiry
+				// to a lease from then.
+				clk.Advance(d / 2)
+				want := first.ExpiresAt.Add(time.Duration(i) * d / 2)
+				deadline := time.Now().Add(consumerWait)
+				for !seen(want) {
+					if l, _ := rheo.LeaseFromContext(ctx); !l.ExpiresAt.Equal(first.ExpiresAt) {
+						return fmt.Errorf("the handler's lease moved to %v", l.ExpiresAt)
+					}
+					if time.Now().After(deadline) {
+						return fmt.Errorf("no renewal to %v", want)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	stop := runUntilStopped(k)
+	waitFor(t, "the ack", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return acked.ID != ""
+	})
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	last := first.ExpiresAt.Add(d)
+	require.Equal(t, first.ID, acked.ID)
+	require.True(t, handled.ExpiresAt.Equal(last), "handled reports the renewed lease: %v, want %v", handled.ExpiresAt, last)
+	require.True(t, acked.ExpiresAt.Equal(last), "acked reports the renewed lease: %v, want %v", acked.ExpiresAt, last)
+	l, _ := rheo.LeaseFromContext(context.Background())
+	require.Zero(t, l)
 }

@@ -787,7 +787,7 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 	reqs []rheo.SettleRequest, idx []int) ([]int, error) {
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, i := range idx {
-		if l := reqs[i].Lease; spanShaped(l.ID) {
+		if l := &reqs[i].Lease; spanShaped(l.ID) {
 			lo, hi = min(lo, l.Event.Sequence), max(hi, l.Event.Sequence)
 		}
 	}
@@ -804,7 +804,7 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 			named[j] = append(named[j], i)
 		}
 	}
-	whole := map[int]bool{}
+	whole, nwhole := make([]bool, len(reqs)), 0 // by request
 	var explode []span
 	for j, sp := range sps {
 		is := named[j]
@@ -823,14 +823,15 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 		for _, i := range is {
 			whole[i] = true
 		}
+		nwhole += len(is)
 	}
 	if err := s.explode(ctx, t, streamID, g.id, explode); err != nil {
 		return nil, err
 	}
-	if len(whole) == 0 {
+	if nwhole == 0 {
 		return idx, nil
 	}
-	rest := make([]int, 0, len(idx)-len(whole))
+	rest := make([]int, 0, len(idx)-nwhole)
 	for _, i := range idx {
 		if !whole[i] {
 			rest = append(rest, i)
@@ -847,9 +848,9 @@ func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp spa
 	}
 	seen := make([]bool, len(is))
 	for _, i := range is {
-		l := reqs[i].Lease
+		l := &reqs[i].Lease
 		k := l.Event.Sequence - sp.lo
-		if reqs[i].Kind != rheo.SettleAck || seen[k] || !IsSpanReceipt(l) {
+		if reqs[i].Kind != rheo.SettleAck || seen[k] || !IsSpanReceipt(*l) {
 			return false, nil
 		}
 		seen[k] = true
@@ -857,7 +858,7 @@ func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp spa
 	if sp.digest.Valid {
 		named := make([]string, len(is))
 		for _, i := range is {
-			l := reqs[i].Lease
+			l := &reqs[i].Lease
 			named[l.Event.Sequence-sp.lo] = l.Event.ID
 		}
 		return spanDigest(named) == sp.digest.Int64, nil
@@ -867,7 +868,7 @@ func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp spa
 		return false, err
 	}
 	for _, i := range is {
-		if l := reqs[i].Lease; ids[l.Event.Sequence] != l.Event.ID {
+		if l := &reqs[i].Lease; ids[l.Event.Sequence] != l.Event.ID {
 			return false, nil
 		}
 	}

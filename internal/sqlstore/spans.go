@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/internal/leaseerr"
@@ -193,19 +194,28 @@ type span struct {
 // by its length. A whole ack checks the IDs it names against it instead of
 // reading every member's event.
 func spanDigest(ids []string) int64 {
-	// One buffer hashed at once: writing each ID to a hash.Hash copied it.
-	size := 0
-	for _, id := range ids {
-		size += binary.MaxVarintLen64 + len(id)
-	}
-	buf := make([]byte, 0, size)
+	// One buffer hashed at once (writing each ID to a hash.Hash copied
+	// it), kept for the next digest: a fetch and a whole ack each take
+	// one, of up to a span's members.
+	bp := digestBufs.Get().(*[]byte)
+	buf := (*bp)[:0]
 	for _, id := range ids {
 		buf = binary.AppendUvarint(buf, uint64(len(id)))
 		buf = append(buf, id...)
 	}
 	sum := sha256.Sum256(buf)
+	if cap(buf) <= maxDigestBuf {
+		*bp = buf
+		digestBufs.Put(bp)
+	}
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
+
+// digestBufs holds spanDigest's buffers; one over maxDigestBuf (a span
+// of thousands of long IDs) is left to the collector.
+var digestBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxDigestBuf = 64 << 10
 
 // spans reads the spans of group grp in parts (nil: in every partition)
 // that also meet cond (an SQL condition with args for its placeholders; ""
