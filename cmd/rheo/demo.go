@@ -94,7 +94,7 @@ inside one process) it runs an in-process version with a frozen clock.`,
 	}
 	fs := cmd.Flags()
 	fs.DurationVar(&lease, "lease", demoLease, "lease duration of the demo's workers (the demo waits it out)")
-	fs.BoolVar(&keep, "keep", false, "keep the temporary SQLite file to inspect it afterwards")
+	fs.BoolVar(&keep, "keep", false, "keep the demo's store to inspect it afterwards (the temporary SQLite file, or the stream in the store --dsn names)")
 	fs.StringVar(&fault, "fault", "", "inject a fault to see the demo catch it: skip-ack, early-b")
 	_ = fs.MarkHidden("fault")
 	return cmd
@@ -113,6 +113,7 @@ type demo struct {
 	frozen     *clock.Frozen
 	c          *rheo.Client
 	stream     string
+	created    bool // the demo created stream (in a store the user named, it deletes it)
 	appended   []rheo.Event
 	step       int
 	workerA    *exec.Cmd
@@ -198,6 +199,12 @@ func (d *demo) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer d.c.Close()
+	if tmp == "" && !d.inProcess {
+		// A store the user named keeps only what they asked for: the
+		// demo's stream goes when the demo succeeds, unless --keep; a
+		// failed run keeps it, as the evidence.
+		defer func() { d.cleanUp(err) }()
+	}
 	if d.inProcess {
 		d.note("rheo demo on %s, lease %v (in-process, frozen clock)", d.dsn, d.lease)
 	} else {
@@ -305,6 +312,26 @@ func short(id string) string {
 	return id
 }
 
+// cleanUp deletes the demo's stream from a store the user named (--dsn)
+// once the demo has succeeded, unless --keep, and otherwise says how to
+// look at it.
+func (d *demo) cleanUp(err error) {
+	if !d.created {
+		return
+	}
+	if d.keep || err != nil {
+		d.note("stream kept: rheo --dsn %s info %s %s", redact(d.dsn), d.stream, demoGroup)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout)
+	defer cancel()
+	if derr := d.c.DeleteStream(ctx, d.stream, rheo.DeleteOptions{Confirm: true}); derr != nil {
+		d.note("could not delete the demo's stream %s: %v (rheo --dsn %s delete-stream %s --confirm deletes it)", d.stream, derr, redact(d.dsn), d.stream)
+		return
+	}
+	d.note("deleted the demo's stream %s and its group (rheo demo --keep keeps them)", d.stream)
+}
+
 func (d *demo) appendOrders(ctx context.Context) error {
 	d.stream = demoStream
 	err := d.c.CreateStream(ctx, d.stream, rheo.StreamConfig{})
@@ -316,6 +343,7 @@ func (d *demo) appendOrders(ctx context.Context) error {
 	if err != nil {
 		return d.fail("append", "create stream: %v", err)
 	}
+	d.created = true
 	msgs := make([]rheo.Message, len(demoOrders))
 	for i, o := range demoOrders {
 		payload, _ := json.Marshal(map[string]any{"order_id": o.id, "customer": o.customer, "country": o.country, "total": o.total})

@@ -71,6 +71,10 @@ func TestDemoOnMongo(t *testing.T) {
 		require.Contains(t, out, step, "%s", out)
 	}
 	require.True(t, strings.Contains(out, "mongodb://"), "the demo names its store: %s", out)
+	require.Contains(t, out, "deleted the demo's stream orders and its group", "a successful demo leaves nothing behind")
+	out, code = runRheo(t, bin, "streams", "--dsn", dsn)
+	require.Zero(t, code, "%s", out)
+	require.NotContains(t, out, "orders")
 }
 
 // TestCommandMigratesOnlyWithMigrate: the rheo command leaves a MongoDB
