@@ -244,8 +244,21 @@ func TestDemoKillsARealWorkerProcessOnRedis(t *testing.T) {
 	}
 	dsn := redisTestURL() + sep + "key_prefix=" + prefix
 
+	keys := func() []string {
+		k, err := rc.Keys(context.Background(), prefix+"*").Result()
+		require.NoError(t, err)
+		return k
+	}
 	bin := buildRheo(t)
 	out, errOut, code := runBinary(t, bin, "demo", "--dsn", dsn)
 	require.Regexp(t, `^rheo demo on redis://\S+, lease 2s`, out)
 	checkProcessTimeline(t, out, errOut, code)
+	require.Regexp(t, `(?m)^deleted the demo's stream orders and its group \(rheo demo --keep keeps them\)$`, out)
+	require.Empty(t, keys(), "a successful demo leaves nothing in a store the user named")
+
+	// --keep keeps the stream, and says how to look at it.
+	out, errOut, code = runBinary(t, bin, "demo", "--dsn", dsn, "--keep")
+	require.Zero(t, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Regexp(t, `(?m)^stream kept: rheo --dsn redis://\S+ info orders fulfillment$`, out)
+	require.NotEmpty(t, keys())
 }
