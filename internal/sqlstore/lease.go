@@ -798,20 +798,20 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 	if err != nil || len(sps) == 0 {
 		return idx, err
 	}
-	named := make([][]int, len(sps)) // requests per span
-	for _, i := range idx {
+	named := make([][]int, len(sps)) // requests per span, as positions in idx
+	for k, i := range idx {
 		if j, ok := spanOf(sps, reqs[i].Lease); ok {
-			named[j] = append(named[j], i)
+			named[j] = append(named[j], k)
 		}
 	}
-	whole, nwhole := make([]bool, len(reqs)), 0 // by request
+	whole, nwhole := make([]bool, len(idx)), 0 // by position in idx
 	var explode []span
 	for j, sp := range sps {
-		is := named[j]
-		if len(is) == 0 {
+		ks := named[j]
+		if len(ks) == 0 {
 			continue
 		}
-		if ok, err := s.wholeAck(ctx, t, streamID, sp, reqs, is); err != nil {
+		if ok, err := s.wholeAck(ctx, t, streamID, sp, reqs, idx, ks); err != nil {
 			return nil, err
 		} else if !ok {
 			explode = append(explode, sp)
@@ -820,10 +820,10 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 		if _, err := t.exec(ctx, "DELETE FROM rheo_spans WHERE grp_id = ? AND part = ? AND lo = ?", g.id, p, sp.lo); err != nil {
 			return nil, err
 		}
-		for _, i := range is {
-			whole[i] = true
+		for _, k := range ks {
+			whole[k] = true
 		}
-		nwhole += len(is)
+		nwhole += len(ks)
 	}
 	if err := s.explode(ctx, t, streamID, g.id, explode); err != nil {
 		return nil, err
@@ -832,33 +832,35 @@ func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g g
 		return idx, nil
 	}
 	rest := make([]int, 0, len(idx)-nwhole)
-	for _, i := range idx {
-		if !whole[i] {
+	for k, i := range idx {
+		if !whole[k] {
 			rest = append(rest, i)
 		}
 	}
 	return rest, nil
 }
 
-// wholeAck reports whether requests is acks of every member of span sp,
-// each once, each under its receipt and with its event's ID.
-func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp span, reqs []rheo.SettleRequest, is []int) (bool, error) {
-	if int64(len(is)) != sp.hi-sp.lo+1 {
+// wholeAck reports whether the requests reqs[idx[k]] for k in ks are acks
+// of every member of span sp, each once, each under its receipt and with
+// its event's ID.
+func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp span, reqs []rheo.SettleRequest, idx, ks []int) (bool, error) {
+	if int64(len(ks)) != sp.hi-sp.lo+1 {
 		return false, nil
 	}
-	seen := make([]bool, len(is))
-	for _, i := range is {
+	seen := make([]bool, len(ks))
+	for _, k := range ks {
+		i := idx[k]
 		l := &reqs[i].Lease
-		k := l.Event.Sequence - sp.lo
-		if reqs[i].Kind != rheo.SettleAck || seen[k] || !IsSpanReceipt(*l) {
+		m := l.Event.Sequence - sp.lo // the member's place in the span
+		if reqs[i].Kind != rheo.SettleAck || seen[m] || !IsSpanReceipt(*l) {
 			return false, nil
 		}
-		seen[k] = true
+		seen[m] = true
 	}
 	if sp.digest.Valid {
-		named := make([]string, len(is))
-		for _, i := range is {
-			l := &reqs[i].Lease
+		named := make([]string, len(ks))
+		for _, k := range ks {
+			l := &reqs[idx[k]].Lease
 			named[l.Event.Sequence-sp.lo] = l.Event.ID
 		}
 		return spanDigest(named) == sp.digest.Int64, nil
@@ -867,8 +869,8 @@ func (s *Store) wholeAck(ctx context.Context, t *writeTx, streamID int64, sp spa
 	if err != nil {
 		return false, err
 	}
-	for _, i := range is {
-		if l := &reqs[i].Lease; ids[l.Event.Sequence] != l.Event.ID {
+	for _, k := range ks {
+		if l := &reqs[idx[k]].Lease; ids[l.Event.Sequence] != l.Event.ID {
 			return false, nil
 		}
 	}
