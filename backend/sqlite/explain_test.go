@@ -155,3 +155,46 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		require.Contains(t, p, "INDEX", "query by %s should use an index:\n%s", name, p)
 	}
 }
+
+// TestAppendStoresAPartitionsEventsSideBySide: an append writes its events
+// partition by partition, each in sequence order, so that a fetch of one
+// partition's run reads rows whose rowids follow each other (SQLite then
+// steps to the next row instead of searching the table for it).
+func TestAppendStoresAPartitionsEventsSideBySide(t *testing.T) {
+	ctx := context.Background()
+	b := open(t)
+	c := rheo.New(b)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 4}))
+	ms := make([]rheo.Message, 200)
+	for i := range ms {
+		ms[i] = rheo.Message{Key: fmt.Sprintf("k%d", i), Payload: []byte(`{}`)}
+	}
+	evs, err := c.AppendBatch(ctx, "s", ms)
+	require.NoError(t, err)
+	for i, e := range evs {
+		require.Equal(t, fmt.Sprintf("k%d", i), e.Key, "the events come back in the order of the messages")
+	}
+	db, err := sql.Open("sqlite", b.Path())
+	require.NoError(t, err)
+	defer db.Close()
+	rows, err := db.Query("SELECT part, seq FROM rheo_events ORDER BY rowid")
+	require.NoError(t, err)
+	defer rows.Close()
+	var runs, last, lastSeq int64 = 0, -1, 0
+	n := 0
+	for rows.Next() {
+		var part, seq int64
+		require.NoError(t, rows.Scan(&part, &seq))
+		if part != last {
+			runs++
+			require.Greater(t, part, last, "partitions in ascending order")
+			last, lastSeq = part, 0
+		}
+		require.Equal(t, lastSeq+1, seq, "partition %d in sequence order", part)
+		lastSeq = seq
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, len(ms), n)
+	require.Equal(t, int64(4), runs, "one run of rowids per partition")
+}
