@@ -44,3 +44,22 @@ func TestBuilderBindsEveryValue(t *testing.T) {
 	require.Equal(t, "SELECT 1 WHERE a = ? AND b IN (?, ?, ?)", b.SQL())
 	require.Equal(t, []any{"x", 1, 2, 3}, b.Args())
 }
+
+func TestSplitHead(t *testing.T) {
+	for _, tc := range []struct {
+		head, id, etype, ekey string
+		ok                    bool
+	}{
+		{"e1\x1forder.created\x1fcust-1", "e1", "order.created", "cust-1", true},
+		{"e1\x1f\x1f", "e1", "", "", true},
+		{"e1\x1ft\x1f", "e1", "t", "", true},
+		{"e1\x1f\x1fk", "e1", "", "k", true},
+		{"e1", "", "", "", false},
+		{"e1\x1ft", "", "", "", false},
+	} {
+		id, etype, ekey, ok := splitHead(tc.head)
+		if ok != tc.ok || ok && (id != tc.id || etype != tc.etype || ekey != tc.ekey) {
+			t.Errorf("splitHead(%q) = %q, %q, %q, %v; want %q, %q, %q, %v", tc.head, id, etype, ekey, ok, tc.id, tc.etype, tc.ekey, tc.ok)
+		}
+	}
+}

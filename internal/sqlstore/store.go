@@ -559,12 +559,20 @@ func eventColsOf(alias string) string {
 
 // runCols are eventCols without part and seq: enough for a run of one
 // partition's consecutive sequences, whose positions the reader knows (see
-// scanRun).
-const runCols = "id, etype, ekey, ts, payload, metadata"
+// scanRun). The ID, type and key come as one text, joined by a control
+// character (which none of them may hold): one column read instead of
+// three, where SQLite's driver takes the connection's mutex three times
+// and allocates twice for each text column (see docs/performance-log.md,
+// "Appends store a partition's events side by side").
+const runCols = "id || '" + runSep + "' || etype || '" + runSep + "' || ekey, ts, payload, metadata"
+
+// runSep joins the ID, type and key in runCols' first column.
+const runSep = "\x1f"
 
 // eventScan holds the scan targets of one event row.
 type eventScan struct {
 	id, etype, ekey string
+	head            string // runCols' ID, type and key, joined (scanRun)
 	part            int
 	seq, ts         int64
 	payload         []byte
@@ -606,7 +614,7 @@ func scanInto[T any](rows *sql.Rows, stream string, out []T, wrap func(rheo.Even
 // rows): two columns fewer than scanInto reads.
 func scanRun[T any](rows *sql.Rows, stream string, part int, first int64, out []T, wrap func(rheo.Event) T) ([]T, error) {
 	sc := eventScan{part: part, seq: first - 1, step: 1}
-	return scanRows(rows, stream, &sc, []any{&sc.id, &sc.etype, &sc.ekey, &sc.ts, &sc.payload, &sc.meta}, out, wrap)
+	return scanRows(rows, stream, &sc, []any{&sc.head, &sc.ts, &sc.payload, &sc.meta}, out, wrap)
 }
 
 // scanRows scans each row into dest (sc's fields) and appends the event
@@ -618,6 +626,12 @@ func scanRows[T any](rows *sql.Rows, stream string, sc *eventScan, dest []any, o
 			return out, err
 		}
 		sc.seq += sc.step
+		if sc.head != "" {
+			var ok bool
+			if sc.id, sc.etype, sc.ekey, ok = splitHead(sc.head); !ok {
+				return out, fmt.Errorf("event %d/%d: malformed row", sc.part, sc.seq)
+			}
+		}
 		e, err := sc.event(stream)
 		if err != nil {
 			return out, err
@@ -625,6 +639,14 @@ func scanRows[T any](rows *sql.Rows, stream string, sc *eventScan, dest []any, o
 		out = append(out, wrap(e))
 	}
 	return out, rows.Err()
+}
+
+// splitHead splits runCols' first column into the ID, type and key it
+// joins (substrings: no copies).
+func splitHead(h string) (id, etype, ekey string, ok bool) {
+	id, rest, ok1 := strings.Cut(h, runSep)
+	etype, ekey, ok2 := strings.Cut(rest, runSep)
+	return id, etype, ekey, ok1 && ok2
 }
 
 // encodeMeta stores nil metadata as NULL and anything else as a JSON object,
