@@ -564,7 +564,7 @@ func eventColsOf(alias string) string {
 // three, where SQLite's driver takes the connection's mutex three times
 // and allocates twice for each text column (see docs/performance-log.md,
 // "Appends store a partition's events side by side").
-const runCols = "id || '" + runSep + "' || etype || '" + runSep + "' || ekey, ts, payload, metadata"
+const runCols = "concat_ws('" + runSep + "', id, etype, ekey), ts, payload, metadata"
 
 // runSep joins the ID, type and key in runCols' first column.
 const runSep = "\x1f"
