@@ -113,7 +113,10 @@ type run struct {
 
 	mu       sync.Mutex
 	inflight map[*job]struct{}
-	hard     bool // handler contexts cancelled: queued jobs are released unrun
+	// undispatched counts fetched leases not yet in inflight (see
+	// fetchLoop); they count against the window.
+	undispatched int
+	hard         bool // handler contexts cancelled: queued jobs are released unrun
 
 	drainWaiting bool // guarded by Consumer.mu
 	drainReq     chan struct{}
@@ -196,7 +199,7 @@ func (r *run) run(ctx context.Context) error {
 func (r *run) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.inflight)
+	return len(r.inflight) + r.undispatched
 }
 
 // tracked reports whether j is held; r.mu must be held.
@@ -244,6 +247,15 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		return true
 	}
 	opts := FetchOptions{ConsumerID: r.cfg.ConsumerID, LeaseDuration: r.cfg.LeaseDuration, Partitions: r.cfg.Partitions}
+	// A fetch's leases are dispatched on a goroutine of their own, in
+	// order, while the loop goes on to the next fetch; it returns only
+	// once every fetched lease is tracked.
+	var dispatched chan struct{}
+	defer func() {
+		if dispatched != nil {
+			<-dispatched
+		}
+	}()
 	var backoff time.Duration
 	for ctx.Err() == nil && !r.draining() {
 		size, minFetch := r.cfg.MaxInflight, refillMin(r.cfg.MaxInflight)
@@ -288,7 +300,18 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		}
 		backoff = 0
 		if len(leases) > 0 {
-			r.dispatch(leases)
+			r.mu.Lock()
+			r.undispatched += len(leases)
+			r.mu.Unlock()
+			prev, done := dispatched, make(chan struct{})
+			dispatched = done
+			go func() {
+				defer close(done)
+				if prev != nil {
+					<-prev
+				}
+				r.dispatch(leases)
+			}()
 			continue
 		}
 		if !wait(r.cfg.PollInterval, wake, nil) {
@@ -315,6 +338,7 @@ func (r *run) dispatch(leases []Lease) {
 	jobs := make([]*job, len(leases))
 	g := &fetchGroup{unsent: len(leases)}
 	r.mu.Lock()
+	r.undispatched -= len(leases)
 	for i := range leases {
 		// The context holds the fetched lease by pointer: leases is the
 		// runtime's own and is never written again.
