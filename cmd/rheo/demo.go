@@ -178,7 +178,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 		}
 		// A failed run keeps its store: it is the evidence.
 		if d.keep || err != nil {
-			d.note("store kept: rheo --dsn %s info %s %s", d.dsn, d.stream, demoGroup)
+			d.noteKept("store")
 			return
 		}
 		os.RemoveAll(tmp)
@@ -320,7 +320,7 @@ func (d *demo) cleanUp(err error) {
 		return
 	}
 	if d.keep || err != nil {
-		d.note("stream kept: rheo --dsn %s info %s %s", redact(d.dsn), d.stream, demoGroup)
+		d.noteKept("stream")
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout)
@@ -330,6 +330,12 @@ func (d *demo) cleanUp(err error) {
 		return
 	}
 	d.note("deleted the demo's stream %s and its group (rheo demo --keep keeps them)", d.stream)
+}
+
+// noteKept says that the demo's store (or stream) stays, and how to look
+// at it.
+func (d *demo) noteKept(what string) {
+	d.note("%s kept: rheo --dsn %s info %s %s", what, redact(d.dsn), d.stream, demoGroup)
 }
 
 func (d *demo) appendOrders(ctx context.Context) error {

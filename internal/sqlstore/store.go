@@ -572,7 +572,8 @@ const runSep = "\x1f"
 // eventScan holds the scan targets of one event row.
 type eventScan struct {
 	id, etype, ekey string
-	head            string // runCols' ID, type and key, joined (scanRun)
+	head            string // runCols' ID, type and key, joined (when joined)
+	joined          bool   // the row is runCols' (scanRun)
 	part            int
 	seq, ts         int64
 	payload         []byte
@@ -611,9 +612,9 @@ func scanInto[T any](rows *sql.Rows, stream string, out []T, wrap func(rheo.Even
 // scanRun appends to out each row (runCols) of a run of partition part's
 // events in sequence order from first, as wrap makes it. The caller checks
 // that the run has no gap (it read a range of sequences and counts the
-// rows): two columns fewer than scanInto reads.
+// rows): four columns where scanInto reads eight.
 func scanRun[T any](rows *sql.Rows, stream string, part int, first int64, out []T, wrap func(rheo.Event) T) ([]T, error) {
-	sc := eventScan{part: part, seq: first - 1, step: 1}
+	sc := eventScan{part: part, seq: first - 1, step: 1, joined: true}
 	return scanRows(rows, stream, &sc, []any{&sc.head, &sc.ts, &sc.payload, &sc.meta}, out, wrap)
 }
 
@@ -626,7 +627,7 @@ func scanRows[T any](rows *sql.Rows, stream string, sc *eventScan, dest []any, o
 			return out, err
 		}
 		sc.seq += sc.step
-		if sc.head != "" {
+		if sc.joined {
 			var ok bool
 			if sc.id, sc.etype, sc.ekey, ok = splitHead(sc.head); !ok {
 				return out, fmt.Errorf("event %d/%d: malformed row", sc.part, sc.seq)
