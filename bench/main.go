@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 )
 
@@ -185,7 +186,7 @@ func main() {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.walCost > 0 {
 		e, err := newEnv(ctx, cfg.pg, cfg.redis, cfg.parts, cfg.workers)
@@ -258,6 +259,11 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("-only %q matches no pair", cfg.only)
 	}
+	host, err := probeHost(ctx, e)
+	if err != nil {
+		return nil, fmt.Errorf("probing the host: %w", err)
+	}
+	fmt.Fprintln(out, "host before:", host)
 	var results []result
 	for round := range cfg.rounds {
 		for _, p := range sel {
@@ -293,6 +299,10 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]result, error) {
 			}
 		}
 	}
+	if host, err = probeHost(ctx, e); err != nil {
+		return nil, fmt.Errorf("probing the host: %w", err)
+	}
+	fmt.Fprintln(out, "host after: ", host)
 	printTable(out, sel, results)
 	if cfg.cpu {
 		printCPU(out, sel, results)

@@ -40,6 +40,11 @@ func TestPeersSmoke(t *testing.T) {
 			t.Errorf("%s round %d: rates %v and %v, want positive", r.pair.name, r.round, r.a, r.b)
 		}
 	}
+	for _, line := range []string{"host before: SHA-256 ", "host after:  SHA-256 "} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("output lacks the line %q", line)
+		}
+	}
 	for _, p := range all {
 		if !strings.Contains(out.String(), p.name) {
 			t.Errorf("output lacks pair %q", p.name)
@@ -186,4 +191,36 @@ func smokeEnv(t *testing.T) (context.Context, config, *env) {
 	}
 	t.Cleanup(e.close)
 	return ctx, cfg, e
+}
+
+// TestProbeHost measures the host: every figure is positive, the SQLite
+// file it commits to is gone afterwards, and its line names each figure.
+func TestProbeHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := newEnv(ctx, envOr("RHEO_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"), envOr("RHEO_BENCH_REDIS", "127.0.0.1:6379"), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	h, err := probeHost(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.sha256MBps <= 0 || h.redisRTT <= 0 || h.pgRTT <= 0 || h.sqliteCommit <= 0 {
+		t.Fatalf("probe %+v: want every figure positive", h)
+	}
+	left, err := filepath.Glob(filepath.Join(e.tmp, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("the probe left %v behind", left)
+	}
+	s := h.String()
+	for _, w := range []string{"SHA-256 ", "MB/s", "Redis ", "PostgreSQL ", "SQLite commit "} {
+		if !strings.Contains(s, w) {
+			t.Errorf("%q lacks %q", s, w)
+		}
+	}
 }
