@@ -262,10 +262,13 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		if r.win != nil {
 			size, minFetch = r.win.limits()
 		}
-		free := size - r.count()
-		// A small fetch while handlers still have queued work would only
-		// add a round trip: wait until enough slots are free.
-		if free <= 0 || (free < minFetch && len(r.queue) > 0) {
+		r.mu.Lock()
+		free, onTheirWay := size-len(r.inflight)-r.undispatched, r.undispatched > 0
+		r.mu.Unlock()
+		// A small fetch while handlers still have queued work (or leases
+		// on their way to the queue) would only add a round trip: wait
+		// until enough slots are free.
+		if free <= 0 || (free < minFetch && (onTheirWay || len(r.queue) > 0)) {
 			if !wait(0, nil, r.slotFreed) {
 				return nil
 			}

@@ -2,12 +2,17 @@ package rheo_test
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/memory"
 )
 
 // fetchLimits records the Count of every successful fetch.
@@ -108,6 +113,81 @@ func TestConsumerFillsADeepWindow(t *testing.T) {
 	})
 	require.LessOrEqual(t, obs.max(), 500, "largest fetch")
 	close(stall)
+	cancel()
+	require.NoError(t, <-ran)
+}
+
+// limitRecorder records the Limit of every fetch.
+type limitRecorder struct {
+	rheo.Backend
+	mu     sync.Mutex
+	limits []int
+}
+
+func (b *limitRecorder) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	b.mu.Lock()
+	b.limits = append(b.limits, r.Limit)
+	b.mu.Unlock()
+	return b.Backend.Fetch(ctx, r)
+}
+
+// Leases a fetch returned count as queued work while they are on their way
+// to the queue: with fewer slots free than a refill is worth (a quarter of
+// MaxInflight), the fetch loop waits for slots instead of making a small
+// fetch. The handlers are held, so no slot frees: once they run, the loop
+// has fetched once. One OS thread makes the loop reach its next fetch
+// before the leases are queued, as a busy machine can.
+func TestConsumerDoesNotRefillSmallWhileLeasesAreOnTheirWay(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	b := &limitRecorder{Backend: memory.New()}
+	c := rheo.New(b, rheo.WithLogger(quietLogger))
+	defer c.Close()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	const n, concurrency, maxInflight = 90, 10, 100 // the first fetch leaves 10 slots, below 25
+	msgs := make([]rheo.Message, n)
+	for i := range msgs {
+		msgs[i] = rheo.Message{Type: "t"}
+	}
+	_, err := c.AppendBatch(ctx, "s", msgs)
+	require.NoError(t, err)
+	var handled atomic.Int64
+	entered, gate, all := make(chan struct{}, n), make(chan struct{}), make(chan struct{})
+	k, err := c.NewConsumer(rheo.ConsumerConfig{Stream: "s", Group: "g", Concurrency: concurrency, MaxInflight: maxInflight,
+		Handler: func(context.Context, rheo.Event) error {
+			entered <- struct{}{}
+			<-gate
+			if handled.Add(1) == n {
+				close(all)
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- k.Run(runCtx) }()
+	deadline := time.After(30 * time.Second)
+	for range concurrency {
+		select {
+		case <-entered:
+		case <-deadline:
+			t.Fatal("the handlers did not start within 30s")
+		}
+	}
+	b.mu.Lock()
+	limits := slices.Clone(b.limits)
+	b.mu.Unlock()
+	require.Equal(t, []int{maxInflight}, limits,
+		"with %d leases on their way to the queue and %d of %d slots free, the loop fetched again", n, maxInflight-n, maxInflight)
+	close(gate)
+	select {
+	case <-all:
+	case <-deadline:
+		t.Fatal("the events were not all handled within 30s")
+	}
+	require.NoError(t, k.Drain(ctx))
 	cancel()
 	require.NoError(t, <-ran)
 }
