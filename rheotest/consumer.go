@@ -410,7 +410,8 @@ func consumerRenewalLost(t *testing.T, f Factory) {
 	e := newConsumerEnv(t, f, rheo.GroupConfig{})
 	e.appendN(e.s, 0, 1)
 	b := newBlocker()
-	e.start(rheo.ConsumerConfig{LeaseDuration: 100 * time.Millisecond, Handler: b.handle})
+	// A renewal has half a lease to answer (see consumerRenewUnavailable).
+	e.start(rheo.ConsumerConfig{LeaseDuration: time.Second, Handler: b.handle})
 	mine := receive(t, "handler start", b.started)
 	// Expire the lease until another worker manages to claim it between
 	// two renewals.
@@ -679,7 +680,10 @@ func consumerRenewUnavailable(t *testing.T, f Factory) {
 		return nil
 	})
 	b := newBlocker()
-	e.start(rheo.ConsumerConfig{LeaseDuration: 50 * time.Millisecond, Handler: b.handle})
+	// Renewals tick every half lease in real time, each bounded by that
+	// half: a lease of a second gives a store under load 500 ms to answer
+	// (the frozen clock keeps the lease from expiring meanwhile).
+	e.start(rheo.ConsumerConfig{LeaseDuration: time.Second, Handler: b.handle})
 	mine := receive(t, "handler start", b.started)
 	bad := e.rec.await(t, "failed renewal", rheo.ConsumerRenewed, failed)
 	require.ErrorIs(t, bad.Err, rheo.ErrBackendUnavailable)
