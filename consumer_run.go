@@ -196,10 +196,19 @@ func (r *run) run(ctx context.Context) error {
 	return err
 }
 
+// count returns the leases the run holds: tracked, or fetched and on their
+// way to the queue.
 func (r *run) count() int {
+	n, _ := r.load()
+	return n
+}
+
+// load returns count and whether some of those leases are still on their
+// way to the queue (fetched, not yet tracked).
+func (r *run) load() (n int, onTheirWay bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.inflight) + r.undispatched
+	return len(r.inflight) + r.undispatched, r.undispatched > 0
 }
 
 // tracked reports whether j is held; r.mu must be held.
@@ -262,9 +271,8 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		if r.win != nil {
 			size, minFetch = r.win.limits()
 		}
-		r.mu.Lock()
-		free, onTheirWay := size-len(r.inflight)-r.undispatched, r.undispatched > 0
-		r.mu.Unlock()
+		held, onTheirWay := r.load()
+		free := size - held
 		// A small fetch while handlers still have queued work (or leases
 		// on their way to the queue) would only add a round trip: wait
 		// until enough slots are free.
