@@ -365,3 +365,101 @@ func appendOrders(b *testing.B, c *rheo.Client, stream string, n int) {
 		require.NoError(b, err)
 	}
 }
+
+// BenchmarkScriptEntryCost measures what the Redis server spends per entry
+// when a script, rather than the client, reads stream entries or writes
+// hash fields: the cost model behind the fetch and settle scripts, whose
+// per-event share of the server's time is mostly conversion (replies into
+// Lua values, Lua values back into a reply, argument strings built in
+// Lua) rather than the commands themselves. Each case works on 500
+// entries shaped as rheo's (a 150-byte packed event in field e; a lease
+// value of a 36-character lease ID, attempt, claim time and consumer):
+//
+//   - xrange/native: the client reads 500 entries with XRANGE;
+//   - xrange/script-count: a script reads them and returns their count;
+//   - xrange/script-return: a script reads them and returns (seq, packed)
+//     pairs, as the fetch script returns fresh leases;
+//   - hset/native: the client writes 500 lease fields in one HSET, then
+//     deletes the hash;
+//   - hset/script-built: a script builds the 500 values from the lease ID
+//     and writes them the same way, as the fetch script does.
+//
+// It reports server-µs/entry, from INFO commandstats deltas of the
+// commands the client sent (the whole server's: run it against a Redis no
+// one else uses, as BenchmarkConsumerServerTime).
+func BenchmarkScriptEntryCost(b *testing.B) {
+	const n = 500
+	ctx := context.Background()
+	rc := testClient(b)
+	prefix := uniquePrefix()
+	b.Cleanup(func() { dropKeys(b, rc, prefix) })
+	sk, hk := prefix+"{x}s", prefix+"{x}h"
+	packed := strings.Repeat("p", 150)
+	pipe := rc.Pipeline()
+	for i := 1; i <= 20*n; i++ {
+		pipe.XAdd(ctx, &goredis.XAddArgs{Stream: sk, ID: strconv.Itoa(i) + "-0", Values: []string{"e", packed}})
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(b, err)
+	lease := "0190b1c2-7d4e-4f5a-9b6c-1d2e3f405162"
+	claimed := ":1:1764950400000000:consumer-1a2b3c4d"
+	kv := make([]any, 0, 2*n)
+	for i := range n {
+		kv = append(kv, strconv.Itoa(i+1), lease+claimed)
+	}
+	count := goredis.NewScript(`return #redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])`)
+	pairs := goredis.NewScript(`
+local out = {}
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])) do
+  out[#out + 1] = string.match(e[1], '^(%d+)')
+  out[#out + 1] = e[2][2]
+end
+return out`)
+	built := goredis.NewScript(`
+local kv = {}
+for i = 1, tonumber(ARGV[2]) do
+  kv[#kv + 1] = string.format('%d', i)
+  kv[#kv + 1] = ARGV[1] .. ARGV[3]
+end
+redis.call('HSET', KEYS[1], unpack(kv))
+return redis.call('DEL', KEYS[1])`)
+	from := func(i int) string { return strconv.Itoa((i%19)*n+1) + "-0" }
+	cases := []struct {
+		name string
+		run  func(i int) error
+	}{
+		{"xrange/native", func(i int) error { return rc.XRangeN(ctx, sk, from(i), "+", n).Err() }},
+		{"xrange/script-count", func(i int) error { return count.Run(ctx, rc, []string{sk}, from(i), n).Err() }},
+		{"xrange/script-return", func(i int) error { return pairs.Run(ctx, rc, []string{sk}, from(i), n).Err() }},
+		{"hset/native", func(int) error {
+			if err := rc.HSet(ctx, hk, kv...).Err(); err != nil {
+				return err
+			}
+			return rc.Del(ctx, hk).Err()
+		}},
+		{"hset/script-built", func(int) error { return built.Run(ctx, rc, []string{hk}, lease, n, claimed).Err() }},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			require.NoError(b, c.run(0)) // loads the script
+			s0 := commandStats(b, rc)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := c.run(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			s1 := commandStats(b, rc)
+			// A script's commands count under their own names as well as
+			// in EVALSHA's time: a script case counts EVALSHA alone.
+			usec := s1["evalsha"].usec - s0["evalsha"].usec
+			if s1["evalsha"].calls == s0["evalsha"].calls {
+				for _, name := range []string{"xrange", "hset", "del"} {
+					usec += s1[name].usec - s0[name].usec
+				}
+			}
+			b.ReportMetric(float64(usec)/float64(b.N*n), "server-µs/entry")
+		})
+	}
+}
