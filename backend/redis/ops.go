@@ -339,10 +339,6 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 		return rheo.Wrap(rheo.ErrAmbiguous, err, "redis: fetch from group %q of stream %q", r.Group, r.Stream)
 	}
 	flat, _ := v.([]any)
-	if len(flat) == 0 {
-		return nil, malformed(nil)
-	}
-	created, flat := flat[0], flat[1:]
 	leasedAt, expiresAt := fromMicros(now), fromMicros(exp)
 	out := make([]rheo.Lease, 0, r.Limit)
 	lease := func(p int, seq int64, id string, att int64, fields any) error {
@@ -358,41 +354,51 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	}
 	// Runs of claims per partition (see fetchScript): runs of fresh
 	// entries as {first sequence, count}, leased with the lease IDs from
-	// index first on, which the client reads itself (readRuns), or rows of
+	// index first on, which the client reads itself (below), or rows of
 	// deliveries claimed again. A partition's runs come in sequence order,
 	// so taking the runs by partition (stably) yields the leases sorted,
 	// without moving them.
-	runs := make([]fetchRun, 0, len(flat)/3)
-	fresh := 0
+	type run struct {
+		p, at  int
+		seq, n int64
+		first  int64
+		xrange *goredis.Cmd
+	}
+	runs := make([]run, 0, len(flat)/3)
+	var reads goredis.Pipeliner
 	for i := 0; i+2 < len(flat); i += 3 {
 		p, err1 := toInt(flat[i])
 		first, err2 := toInt(flat[i+1])
 		data, ok := flat[i+2].([]any)
-		if err1 != nil || err2 != nil || !ok || first < 0 || first > int64(len(leaseIDs)) {
+		if err1 != nil || err2 != nil || !ok || first < 0 {
 			return nil, malformed(nil)
 		}
-		rn := fetchRun{p: int(p), at: i, first: first}
+		rn := run{p: int(p), at: i, first: first}
 		if first > 0 {
 			if len(data) != 2 {
 				return nil, malformed(nil)
 			}
 			seq, err1 := toInt(data[0])
 			n, err2 := toInt(data[1])
-			if err1 != nil || err2 != nil || seq < 1 || n < 1 || n > int64(len(leaseIDs)) ||
-				first-1+n > int64(len(leaseIDs)) || seq > math.MaxInt64-n {
+			if err1 != nil || err2 != nil || seq < 1 || n < 1 || first-1+n > int64(len(leaseIDs)) {
 				return nil, malformed(nil)
 			}
 			rn.seq, rn.n = seq, n
-			fresh++
+			if reads == nil {
+				reads = b.c.Pipeline()
+			}
+			rn.xrange = reads.Do(ctx, "XRANGE", base+"s:"+strconv.Itoa(int(p)), entryID(seq), entryID(seq+n-1))
 		}
 		runs = append(runs, rn)
 	}
-	if fresh > 0 {
-		if err := b.readRuns(ctx, base, created, runs); err != nil {
+	if reads != nil {
+		// The events are claimed: a failure to read them now is ambiguous
+		// (their leases expire and they are offered again).
+		if _, err := reads.Exec(ctx); err != nil {
 			return nil, rheo.Wrap(rheo.ErrAmbiguous, err, "redis: fetch from group %q of stream %q: read the claimed events", r.Group, r.Stream)
 		}
 	}
-	slices.SortStableFunc(runs, func(a, b fetchRun) int { return cmp.Compare(a.p, b.p) })
+	slices.SortStableFunc(runs, func(a, b run) int { return cmp.Compare(a.p, b.p) })
 	for _, rn := range runs {
 		p := rn.p
 		if rn.first == 0 {
@@ -411,13 +417,14 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 		}
 		// A forced trim between the claim and the read removes entries
 		// and their leases alike: the run's leases are those still there.
-		for _, x := range rn.ents {
+		ents, _ := rn.xrange.Val().([]any)
+		for _, x := range ents {
 			ent, _ := x.([]any)
 			if len(ent) != 2 {
 				return nil, malformed(nil)
 			}
 			seq, err := strconv.ParseInt(strings.TrimSuffix(toStr(ent[0]), "-0"), 10, 64)
-			if err != nil || seq < rn.seq || seq-rn.seq >= rn.n {
+			if err != nil || seq < rn.seq || seq >= rn.seq+rn.n {
 				return nil, malformed(nil)
 			}
 			if err := lease(p, seq, leaseIDs[rn.first-1+seq-rn.seq], 1, ent[1]); err != nil {
@@ -435,62 +442,6 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 		slices.SortFunc(out, byPosition)
 	}
 	return out, nil
-}
-
-// fetchRun is a run of claims of one fetch from one partition: fresh
-// events seq..seq+n-1 leased with the lease IDs from index first (1-based)
-// on, read into ents; or (first 0) deliveries claimed again, at index at of
-// the script's reply.
-type fetchRun struct {
-	p, at  int
-	first  int64
-	seq, n int64
-	ents   []any
-}
-
-// readRuns reads the entries of the fresh runs with XRANGE, in one
-// MULTI/EXEC with the stream's creation time: a transaction runs on the
-// primary of the stream's slot (a plain pipeline of reads may go to a
-// replica, which may not hold the events just claimed yet), and the
-// creation time tells a stream deleted and created again since the claim,
-// whose events at those sequences nobody leased: its runs read nothing.
-// The read changes nothing, so a failed one is tried again, up to three
-// times while ctx lasts.
-func (b *Backend) readRuns(ctx context.Context, base string, created any, runs []fetchRun) error {
-	var err error
-	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		tx := b.c.TxPipeline()
-		now := tx.HGet(ctx, b.metaKey(base), "created")
-		reads := make([]*goredis.Cmd, len(runs))
-		for i, rn := range runs {
-			if rn.first > 0 {
-				reads[i] = tx.Do(ctx, "XRANGE", base+"s:"+strconv.Itoa(rn.p), entryID(rn.seq), entryID(rn.seq+rn.n-1))
-			}
-		}
-		if _, err = tx.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-			continue
-		}
-		// (A stream without a creation time, if any, compares equal.)
-		same := now.Err() == nil && now.Val() == toStr(created) ||
-			created == nil && errors.Is(now.Err(), goredis.Nil)
-		for i := range runs {
-			if reads[i] == nil {
-				continue
-			}
-			if err := reads[i].Err(); err != nil {
-				return err
-			}
-			runs[i].ents = nil
-			if same {
-				runs[i].ents, _ = reads[i].Val().([]any)
-			}
-		}
-		return nil
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	return err
 }
 
 func leaseErr(code int64, l rheo.Lease) error {

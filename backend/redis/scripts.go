@@ -533,8 +533,7 @@ return 1
 
 // fetch: ARGV[4] now (µs), ARGV[5] expires (µs), ARGV[6] limit, ARGV[7]
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
-// limit fresh lease IDs, then the consumer ID. Returns the stream's
-// creation time (field created of its meta hash), then flat triples, one
+// limit fresh lease IDs, then the consumer ID. Returns flat triples, one
 // per run of claims from one partition: partition, then either the index
 // (1-based) of the first fresh lease ID the run used and {first sequence,
 // count} for a run of events not offered before (attempt 1, lease IDs in
@@ -571,11 +570,8 @@ for i = 1, k do parts[i] = ARGV[7 + i] end
 local idbase = 7 + k
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
--- The reply opens with the stream's creation time, which the client's read
--- of the new events checks: a stream deleted and created again in between
--- holds other events at those sequences.
-local out = {redis.call('HGET', KEYS[1], 'created')}
-local nout = 1
+local out = {}
+local nout = 0
 local ready = {} -- partition -> how many deliveries its ready set holds (false: not known yet)
 local newdone = {}
 local setm = {}
@@ -747,8 +743,7 @@ end
 -- new_run takes up to want events not offered yet from partition p, whose
 -- first new entry (just read with XREADGROUP, which moved the cursor to
 -- it) has ID id: the run ends at the partition's counter, and the cursor
--- moves to its end. Returns how many. (Sequences are numbers here, exact
--- below 2^53: a partition would need 9 * 10^15 events to pass it.)
+-- moves to its end. Returns how many.
 local function new_run(p, id, want)
   local first = tonumber(string.match(id, '^(%d+)'))
   local hw = tonumber(redis.call('HGET', base .. 'hw', p) or '0')
