@@ -291,13 +291,9 @@ func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, erro
 
 // Fetch implements rheo.Backend with one script call: due deliveries
 // (expired leases, nacked and reopened ones) of each partition first, in
-// sequence order, then runs of new entries past the group's cursor; the
-// limit is shared across partitions starting from one that rotates between
-// fetches (in this process; fairness does not need agreement between
-// processes). The script returns the new entries' runs as sequence ranges,
-// and the client reads them with XRANGE (one pipeline, a second round
-// trip): the server spends far less per entry on a read of its own than on
-// converting the entries into and out of the script.
+// sequence order, then new entries through XREADGROUP; the limit is shared
+// across partitions starting from one that rotates between fetches (in this
+// process; fairness does not need agreement between processes).
 func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
 	return b.fetch(ctx, fetchScript, r)
 }
@@ -352,57 +348,29 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 		})
 		return nil
 	}
-	// Runs of claims per partition (see fetchScript): runs of fresh
-	// entries as {first sequence, count}, leased with the lease IDs from
-	// index first on, which the client reads itself (below), or rows of
-	// deliveries claimed again. A partition's runs come in sequence order,
-	// so taking the runs by partition (stably) yields the leases sorted,
-	// without moving them.
-	type run struct {
-		p, at  int
-		seq, n int64
-		first  int64
-		xrange *goredis.Cmd
-	}
+	// Runs of claims per partition (see fetchScript): fresh entries as
+	// (seq, fields) pairs, leased with the lease IDs from index first on,
+	// or rows of deliveries claimed again. A partition's runs come in
+	// sequence order, each in sequence order, so decoding the runs by
+	// partition (stably) yields the leases sorted, without moving them.
+	type run struct{ p, at int }
 	runs := make([]run, 0, len(flat)/3)
-	var reads goredis.Pipeliner
 	for i := 0; i+2 < len(flat); i += 3 {
-		p, err1 := toInt(flat[i])
-		first, err2 := toInt(flat[i+1])
-		data, ok := flat[i+2].([]any)
-		if err1 != nil || err2 != nil || !ok || first < 0 {
+		p, err := toInt(flat[i])
+		if err != nil {
 			return nil, malformed(nil)
 		}
-		rn := run{p: int(p), at: i, first: first}
-		if first > 0 {
-			if len(data) != 2 {
-				return nil, malformed(nil)
-			}
-			seq, err1 := toInt(data[0])
-			n, err2 := toInt(data[1])
-			if err1 != nil || err2 != nil || seq < 1 || n < 1 || first-1+n > int64(len(leaseIDs)) {
-				return nil, malformed(nil)
-			}
-			rn.seq, rn.n = seq, n
-			if reads == nil {
-				reads = b.c.Pipeline()
-			}
-			rn.xrange = reads.Do(ctx, "XRANGE", base+"s:"+strconv.Itoa(int(p)), entryID(seq), entryID(seq+n-1))
-		}
-		runs = append(runs, rn)
-	}
-	if reads != nil {
-		// The events are claimed: a failure to read them now is ambiguous
-		// (their leases expire and they are offered again).
-		if _, err := reads.Exec(ctx); err != nil {
-			return nil, rheo.Wrap(rheo.ErrAmbiguous, err, "redis: fetch from group %q of stream %q: read the claimed events", r.Group, r.Stream)
-		}
+		runs = append(runs, run{int(p), i})
 	}
 	slices.SortStableFunc(runs, func(a, b run) int { return cmp.Compare(a.p, b.p) })
 	for _, rn := range runs {
-		p := rn.p
-		if rn.first == 0 {
-			data, _ := flat[rn.at+2].([]any)
+		i, p := rn.at, rn.p
+		first, err := toInt(flat[i+1])
+		data, ok := flat[i+2].([]any)
+		if err != nil || !ok || first < 0 || (first > 0 && (len(data)%2 != 0 || first-1+int64(len(data)/2) > int64(len(leaseIDs)))) {
+			return nil, malformed(nil)
+		}
+		if first == 0 {
 			for j := 0; j+3 < len(data); j += 4 {
 				seq, err1 := toInt(data[j])
 				att, err2 := toInt(data[j+2])
@@ -415,19 +383,12 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 			}
 			continue
 		}
-		// A forced trim between the claim and the read removes entries
-		// and their leases alike: the run's leases are those still there.
-		ents, _ := rn.xrange.Val().([]any)
-		for _, x := range ents {
-			ent, _ := x.([]any)
-			if len(ent) != 2 {
+		for j := 0; j+1 < len(data); j += 2 {
+			seq, err := strconv.ParseInt(toStr(data[j]), 10, 64)
+			if err != nil {
 				return nil, malformed(nil)
 			}
-			seq, err := strconv.ParseInt(strings.TrimSuffix(toStr(ent[0]), "-0"), 10, 64)
-			if err != nil || seq < rn.seq || seq >= rn.seq+rn.n {
-				return nil, malformed(nil)
-			}
-			if err := lease(p, seq, leaseIDs[rn.first-1+seq-rn.seq], 1, ent[1]); err != nil {
+			if err := lease(p, seq, leaseIDs[int(first)-1+j/2], 1, data[j+1]); err != nil {
 				return nil, err
 			}
 		}

@@ -535,20 +535,12 @@ return 1
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
 // limit fresh lease IDs, then the consumer ID. Returns flat triples, one
 // per run of claims from one partition: partition, then either the index
-// (1-based) of the first fresh lease ID the run used and {first sequence,
-// count} for a run of events not offered before (attempt 1, lease IDs in
-// sequence order), which the client then reads itself with XRANGE, or 0
-// and flat rows of 4 (seq, lease ID, attempt, entry fields) for deliveries
-// claimed again.
-//
-// A run of new events is found without reading it: a partition's entries
-// are the sequences from its trimmed point to its counter (hw) with no
-// gap (appends number them in the script that adds them, trims cut only a
-// prefix, and nothing else removes an entry), so one XREADGROUP of COUNT 1
-// gives the first sequence past the group's cursor and XGROUP SETID moves
-// the cursor past the rest of the run. Reading the entries into the script
-// and returning them cost the server four to five times what the client's
-// own XRANGE of them does (BenchmarkScriptEntryCost).
+// (1-based) of the first fresh lease ID the run used and flat pairs (seq,
+// entry fields as XREADGROUP returned them) for events not offered before
+// (attempt 1, lease IDs in entry order), or 0 and flat rows of 4 (seq,
+// lease ID, attempt, entry fields) for deliveries claimed again. The flat
+// pairs spare the interpreter a row per event, and Redis the conversion of
+// a table per entry back into a reply.
 //
 // A lease is the field of its sequence in l:<p>, valued "<lease ID>:<attempt>
 // :<claimed at (µs)>:<consumer ID>" (one write per claim; what ListLeases
@@ -716,40 +708,33 @@ local function packed(f)
   if f[3] == nil and f[1] == 'e' then return f[2] end
   return f
 end
--- lease_run leases the n events of partition p from sequence first on,
--- not offered before (the group's cursor was just moved past them):
--- attempt 1, the next fresh lease IDs in sequence order. Returns n.
-local function lease_run(p, first, n)
-  if n <= 0 then return 0 end
+-- lease_fresh leases entries ents of partition p, just read with
+-- XREADGROUP (offered now): attempt 1, the next fresh lease IDs in entry
+-- order. Returns how many.
+local function lease_fresh(p, ents)
+  local n = #ents
+  if n == 0 then return 0 end
   due_lease(p)
-  local hset, zadd, nh = {}, {}, 0
-  local at = used + 1
-  for seq = first, first + n - 1 do
-    local ss = fmt(seq)
+  local hset, zadd, flat, nh = {}, {}, {}, 0
+  local first = used + 1
+  for x = 1, n do
+    local ent = ents[x]
+    local ss = string.match(ent[1], '^(%d+)')
     used = used + 1
     hset[nh + 1] = ss
     hset[nh + 2] = ARGV[idbase + used] .. ':1' .. claimed
     zadd[nh + 1] = exp
     zadd[nh + 2] = ss
+    flat[nh + 1] = ss
+    flat[nh + 2] = packed(ent[2])
     nh = nh + 2
   end
   bulk({'HSET', gb .. 'l:' .. p}, hset, 1000)
   bulk({'ZADD', gb .. 'd:' .. p, 'inf', DUE_PIN}, zadd, 1000)
   if not small(exp) then keep_exact(p, exp, flat_seqs(hset)) end
-  out[nout + 1] = p; out[nout + 2] = at; out[nout + 3] = {first, n}
+  out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
   nout = nout + 3
   return n
-end
--- new_run takes up to want events not offered yet from partition p, whose
--- first new entry (just read with XREADGROUP, which moved the cursor to
--- it) has ID id: the run ends at the partition's counter, and the cursor
--- moves to its end. Returns how many.
-local function new_run(p, id, want)
-  local first = tonumber(string.match(id, '^(%d+)'))
-  local hw = tonumber(redis.call('HGET', base .. 'hw', p) or '0')
-  local last = math.min(first + want - 1, math.max(hw, first))
-  if last > first then redis.call('XGROUP', 'SETID', skey(p), group, fmt(last) .. '-0') end
-  return lease_run(p, first, last - first + 1)
 end
 
 local function take(p, want)
@@ -816,18 +801,16 @@ local function take(p, want)
       end
     end
   end
-  -- Events not offered yet (see new_run). NOACK: the lease table l:<p> is
-  -- the record of what is offered; the group's pending-entries list would
-  -- only repeat it (adding and acking its entries was a third of a fetch
-  -- and settle's time). XREADGROUP and XGROUP SETID move the group's
-  -- last-delivered ID, the cursor.
+  -- Events not offered yet. NOACK: the lease table l:<p> is the record of
+  -- what is offered; the group's pending-entries list would only repeat it
+  -- (adding and acking its entries was a third of a fetch and settle's
+  -- time). XREADGROUP still moves the group's last-delivered ID, the
+  -- cursor.
   if got < want and not newdone[p] then
-    local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', 1, 'NOACK', 'STREAMS', sk, '>')
-    local ent = r and r[1] and r[1][2] and r[1][2][1]
-    local n = 0
-    if ent then n = new_run(p, ent[1], want - got) end
-    if n < want - got then newdone[p] = true end
-    got = got + n
+    local r = redis.call('XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', want - got, 'NOACK', 'STREAMS', sk, '>')
+    local ents = (r and r[1] and r[1][2]) or {}
+    if #ents < want - got then newdone[p] = true end
+    got = got + lease_fresh(p, ents)
   end
   return got
 end
@@ -839,7 +822,7 @@ end
 -- left of the limit, so every partition gets exactly what take would have
 -- given it. Returns how many it leased, and how many of each partition.
 local function take_fresh_run(i, j, quota)
-  local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', 1, 'NOACK', 'STREAMS'}
+  local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'NOACK', 'STREAMS'}
   local at = {}
   for x = i, j do
     local sk = skey(parts[x])
@@ -850,8 +833,7 @@ local function take_fresh_run(i, j, quota)
   local got, n = 0, {}
   for _, r in ipairs(redis.call(unpack(cmd)) or {}) do
     local p = at[r[1]]
-    n[p] = 0
-    if r[2][1] then n[p] = new_run(p, r[2][1][1], quota) end
+    n[p] = lease_fresh(p, r[2])
     got = got + n[p]
   end
   return got, n
