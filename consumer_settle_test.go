@@ -13,16 +13,21 @@ import (
 	"github.com/rheo-go/rheo/backend/memory"
 )
 
-// batchLog records the lease IDs of every fetch and of every settle call.
+// batchLog records the Limit of every fetch, and the lease IDs of every
+// fetch that returned leases and of every settle call.
 type batchLog struct {
 	rheo.Backend
 
 	mu      sync.Mutex
+	limits  []int
 	fetches [][]string
 	settles [][]string
 }
 
 func (b *batchLog) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
+	b.mu.Lock()
+	b.limits = append(b.limits, r.Limit)
+	b.mu.Unlock()
 	ls, err := b.Backend.Fetch(ctx, r)
 	if len(ls) > 0 {
 		ids := make([]string, len(ls))

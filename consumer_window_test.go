@@ -117,20 +117,6 @@ func TestConsumerFillsADeepWindow(t *testing.T) {
 	require.NoError(t, <-ran)
 }
 
-// limitRecorder records the Limit of every fetch.
-type limitRecorder struct {
-	rheo.Backend
-	mu     sync.Mutex
-	limits []int
-}
-
-func (b *limitRecorder) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease, error) {
-	b.mu.Lock()
-	b.limits = append(b.limits, r.Limit)
-	b.mu.Unlock()
-	return b.Backend.Fetch(ctx, r)
-}
-
 // Leases a fetch returned count as queued work while they are on their way
 // to the queue: with fewer slots free than a refill is worth (a quarter of
 // MaxInflight), the fetch loop waits for slots instead of making a small
@@ -140,7 +126,7 @@ func (b *limitRecorder) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.
 func TestConsumerDoesNotRefillSmallWhileLeasesAreOnTheirWay(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ctx := context.Background()
-	b := &limitRecorder{Backend: memory.New()}
+	b := &batchLog{Backend: memory.New()}
 	c := rheo.New(b, rheo.WithLogger(quietLogger))
 	defer c.Close()
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1}))
