@@ -18,6 +18,7 @@ import (
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/redis"
+	rheoid "github.com/rheo-go/rheo/internal/id"
 )
 
 func benchPayload(i int) json.RawMessage {
@@ -461,5 +462,65 @@ return redis.call('DEL', KEYS[1])`)
 			}
 			b.ReportMetric(float64(usec)/float64(b.N*n), "server-µs/entry")
 		})
+	}
+}
+
+// BenchmarkIDHashSize measures what an append pays to the ID index when
+// one hash holds every ID of a stream, as streams of earlier versions do:
+// an HMGET of 100 fresh UUIDv7s (the check for stored IDs) and an HSET of
+// them, into a hash of 1,000 up to 12,000,000 fields (filled in turn, so
+// the run takes a minute and about 1.5 GB of the server's memory). It
+// reports server-µs/op from INFO commandstats deltas: run it against a
+// Redis no one else uses, as BenchmarkConsumerServerTime. The cost swings
+// with the size: at 5 M and 10 M fields the hash is rehashing into a
+// table twice the size (DEBUG HTSTATS-KEY shows both tables), which each
+// command on it moves along, and those sizes cost several times the
+// 1,000-field case, as do sizes whose table is nearly full; the reason a
+// stream's IDs are kept in buckets of 4.096 s.
+func BenchmarkIDHashSize(b *testing.B) {
+	ctx := context.Background()
+	rc := testClient(b)
+	prefix := uniquePrefix()
+	b.Cleanup(func() { dropKeys(b, rc, prefix) })
+	key := prefix + "{x}ids"
+	have := 0
+	id := rheoid.Event
+	for _, size := range []int{1000, 500_000, 1_000_000, 2_000_000, 3_000_000, 5_000_000, 7_000_000, 9_000_000, 10_000_000, 12_000_000} {
+		for have < size {
+			pipe := rc.Pipeline()
+			for k := 0; k < 100 && have < size; k++ {
+				kv := make([]any, 0, 2000)
+				for j := 0; j < 1000 && have < size; j++ {
+					kv = append(kv, id(), "1:"+strconv.Itoa(have))
+					have++
+				}
+				pipe.HSet(ctx, key, kv...)
+			}
+			_, err := pipe.Exec(ctx)
+			require.NoError(b, err)
+		}
+		b.Run(fmt.Sprintf("fields=%d", size), func(b *testing.B) {
+			ids := make([]string, 100)
+			kv := make([]any, 200)
+			s0 := commandStats(b, rc)
+			b.ResetTimer()
+			for range b.N {
+				for j := range ids {
+					ids[j] = id()
+					kv[2*j], kv[2*j+1] = ids[j], "1:1"
+				}
+				if err := rc.HMGet(ctx, key, ids...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				if err := rc.HSet(ctx, key, kv...).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			s1 := commandStats(b, rc)
+			usec := s1["hmget"].usec - s0["hmget"].usec + s1["hset"].usec - s0["hset"].usec
+			b.ReportMetric(float64(usec)/float64(b.N), "server-µs/op")
+		})
+		have += 100 * b.N // the fields the sub-benchmark added, roughly
 	}
 }

@@ -48,7 +48,10 @@ local e = need_stream(); if e then return e end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
 for _, g in ipairs(redis.call('HKEYS', base .. 'groups')) do drop_group(g, n) end
 for p = 0, n - 1 do redis.call('UNLINK', skey(p)) end
-redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'trimmed', KEYS[1])
+local bks = redis.call('SMEMBERS', base .. 'idb')
+for i, bk in ipairs(bks) do bks[i] = idkey(bk) end
+bulk({'UNLINK'}, bks, 1000)
+redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'idb', base .. 'trimmed', KEYS[1])
 redis.call('SPUBLISH', base .. 'wake', '1')
 return 1
 `)
@@ -180,7 +183,7 @@ for _, en in ipairs(ents) do
     if fields[i] == 'e' then ids[#ids + 1] = first_field(fields[i + 1]) end
   end
 end
-if #ids > 0 then bulk({'HDEL', base .. 'ids'}, ids, 1000) end
+iddel(ids)
 redis.call('XTRIM', sk, 'MINID', fmt(through + 1) .. '-0')
 redis.call('HSET', base .. 'trimmed', p, fmt(through))
 if force then redis.call('SPUBLISH', base .. 'wake', '1') end

@@ -49,18 +49,119 @@ local function bulk(head, list, step, tail)
   end
   return replies
 end
-local function mrange(key, a, b)
-  -- HMGET of the fields ARGV[a..b], as one flat list (false where missing).
+local function mget(key, list, a, b)
+  -- HMGET of the fields list[a..b], as one flat list (false where missing).
   if b < a then return {} end
-  if b - a < 1000 then return redis.call('HMGET', key, unpack(ARGV, a, b)) end
+  if b - a < 1000 then return redis.call('HMGET', key, unpack(list, a, b)) end
   local out = {}
   local i = a
   while i <= b do
     local j = math.min(i + 999, b)
-    for _, v in ipairs(redis.call('HMGET', key, unpack(ARGV, i, j))) do out[#out + 1] = v end
+    for _, v in ipairs(redis.call('HMGET', key, unpack(list, i, j))) do out[#out + 1] = v end
     i = j + 1
   end
   return out
+end
+local function mrange(key, a, b) return mget(key, ARGV, a, b) end
+-- The ID index maps an event ID to "p:sequence". A stream created with
+-- idl = 2 in its meta hash keeps an ID shaped like a UUIDv7 (the IDs rheo
+-- generates) in a hash per 4.096 s of the ID's timestamp, "ids:" and the
+-- ID's first ten characters, and lists those buckets in the set "idb";
+-- every other ID, and every ID of a stream created by an earlier version,
+-- in the hash "ids". Appends so write to a hash holding the last seconds'
+-- IDs, whatever the stream's length: one hash of every ID spends a third
+-- of each doubling of its size rehashing, and outgrows the CPU's caches.
+local idl = nil
+local function idbucket(id)
+  -- The bucket of id, or false for the hash "ids".
+  if idl == nil then idl = redis.call('HGET', KEYS[1], 'idl') == '2' end
+  if idl and #id == 36 and string.byte(id, 15) == 55 and string.byte(id, 9) == 45 then
+    return string.sub(id, 1, 10)
+  end
+  return false
+end
+local function idkey(bk)
+  if bk then return base .. 'ids:' .. bk end
+  return base .. 'ids'
+end
+local function idget(id) return redis.call('HGET', idkey(idbucket(id)), id) end
+local function idsplit(list, a, b, step)
+  -- The buckets of the IDs list[a], list[a + step], ... up to list[b], in
+  -- the order first seen, and per bucket the positions of its IDs; no
+  -- positions when they all share one bucket (nearly always).
+  local b1 = idbucket(list[a])
+  local i = a + step
+  while i <= b and idbucket(list[i]) == b1 do i = i + step end
+  if i > b then return {b1}, nil end
+  local bs, pos, at = {}, {}, {}
+  for j = a, b, step do
+    local bk = idbucket(list[j])
+    local k = at[bk]
+    if not k then
+      k = #bs + 1
+      bs[k], pos[k], at[bk] = bk, {}, k
+    end
+    local ps = pos[k]
+    ps[#ps + 1] = j
+  end
+  return bs, pos
+end
+local function idlookup(list, a, b)
+  -- The index's values of the IDs list[a..b], as one flat list (false
+  -- where missing).
+  if b < a then return {} end
+  local bs, pos = idsplit(list, a, b, 1)
+  if not pos then return mget(idkey(bs[1]), list, a, b) end
+  local out = {}
+  for k, bk in ipairs(bs) do
+    local ids = {}
+    for j, q in ipairs(pos[k]) do ids[j] = list[q] end
+    local r = mget(idkey(bk), ids, 1, #ids)
+    for j, q in ipairs(pos[k]) do out[q - a + 1] = r[j] end
+  end
+  return out
+end
+local function idstore(kv, m)
+  -- Writes the pairs kv[1..m] (ID, "p:sequence") to the index.
+  if m == 0 then return end
+  local bs, pos = idsplit(kv, 1, m - 1, 2)
+  if not pos then
+    local key = idkey(bs[1])
+    local i = 0
+    while i < m do
+      local j = math.min(i + 1000, m)
+      redis.call('HSET', key, unpack(kv, i + 1, j))
+      i = j
+    end
+  else
+    for k, bk in ipairs(bs) do
+      local flat = {}
+      for _, q in ipairs(pos[k]) do
+        flat[#flat + 1] = kv[q]
+        flat[#flat + 1] = kv[q + 1]
+      end
+      bulk({'HSET', idkey(bk)}, flat, 1000)
+    end
+  end
+  local reg = {}
+  for _, bk in ipairs(bs) do if bk then reg[#reg + 1] = bk end end
+  if #reg > 0 then bulk({'SADD', base .. 'idb'}, reg, 1000) end
+end
+local function iddel(ids)
+  -- Removes the IDs from the index; an emptied bucket leaves "idb".
+  if #ids == 0 then return end
+  local bs, pos = idsplit(ids, 1, #ids, 1)
+  for k, bk in ipairs(bs) do
+    local key = idkey(bk)
+    if pos then
+      local some = {}
+      for j, q in ipairs(pos[k]) do some[j] = ids[q] end
+      bulk({'HDEL', key}, some, 1000)
+    else
+      bulk({'HDEL', key}, ids, 1000)
+    end
+    if bk and redis.call('EXISTS', key) == 0 then redis.call('SREM', base .. 'idb', bk) end
+  end
 end
 -- DUE_PIN is a member the fetch adds to every due set it writes (d:<p>),
 -- scored +inf, so never due. It is longer than zset-max-listpack-value
@@ -381,7 +482,7 @@ var createStreamScript = goredis.NewScript(common + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('RHEO_EXISTS')
 end
-redis.call('HSET', KEYS[1], 'partitions', ARGV[2], 'created', ARGV[3])
+redis.call('HSET', KEYS[1], 'partitions', ARGV[2], 'created', ARGV[3], 'idl', '2')
 return 1
 `)
 
@@ -419,17 +520,10 @@ end
 local ib = 3 + 2 * g
 local n = (#ARGV - ib + 1) / 2
 local eb = ib + n
-local idk = base .. 'ids'
-local found = {}
+local found = idlookup(ARGV, ib, ib + n - 1)
 local dup = false
-local i = 0
-while i < n do
-  local j = math.min(i + 1000, n)
-  local r = redis.call('HMGET', idk, unpack(ARGV, ib + i, ib + j - 1))
-  for k = 1, #r do
-    if r[k] then found[i + k] = r[k]; dup = true end
-  end
-  i = j
+for k = 1, n do
+  if found[k] then dup = true; break end
 end
 local out = {}
 local firsts = {}
@@ -467,12 +561,7 @@ for gi = 1, g do
   end
   q = q + c
 end
-i = 0
-while i < m do
-  local j = math.min(i + 1000, m)
-  redis.call('HSET', idk, unpack(idx, i + 1, j))
-  i = j
-end
+idstore(idx, m)
 if m > 0 then redis.call('SPUBLISH', base .. 'wake', '1') end
 if dup then return out end
 return firsts
@@ -500,7 +589,7 @@ var eventsScript = goredis.NewScript(common + `
 local e = need_stream(); if e then return e end
 local out = {}
 for i = 2, #ARGV do
-  local v = redis.call('HGET', base .. 'ids', ARGV[i])
+  local v = idget(ARGV[i])
   if v then
     local p, s = string.match(v, '^(%d+):(%d+)$')
     local r = redis.call('XRANGE', skey(p), s .. '-0', s .. '-0')
@@ -931,7 +1020,7 @@ while x <= #ARGV do
     x = x + 2
   end
 end
-local at = mrange(base .. 'ids', eb + 1, eb + n)
+local at = idlookup(ARGV, eb + 1, eb + n)
 local res = {}
 local unready = {} -- {partition, sequences settled for good}
 local woke = false
@@ -1036,7 +1125,7 @@ local v = redis.call('HGET', gb .. 'l:' .. p, ss)
 local cur
 if v then cur = string.match(v, '^([^:]*):') end
 if not v or cur == '' or cur ~= ARGV[6] then return 1 end
-if redis.call('HGET', base .. 'ids', ARGV[9]) ~= p .. ':' .. ss then return 1 end
+if idget(ARGV[9]) ~= p .. ':' .. ss then return 1 end
 if ARGV[7] ~= ss .. '-0' then return 2 end
 set_due(p, ss, ARGV[8], true)
 return 0
@@ -1085,7 +1174,7 @@ if m < 0 then
 else
   local seen = {}
   for i = 1, m do
-    local at = redis.call('HGET', base .. 'ids', ARGV[5 + i])
+    local at = idget(ARGV[5 + i])
     if at and not seen[at] then
       seen[at] = true
       local p, s = string.match(at, '^(%d+):(%d+)$')
@@ -1134,7 +1223,7 @@ var deadLettersScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local lo = '-inf'
 if ARGV[4] ~= '' then
-  local v = redis.call('HGET', base .. 'ids', ARGV[4])
+  local v = idget(ARGV[4])
   local sc = v and redis.call('ZSCORE', gb .. 'q', v)
   if not sc then return redis.error_reply('RHEO_NOCURSOR') end
   lo = '(' .. sc
@@ -1221,7 +1310,7 @@ if ARGV[4] == 'all' then
   ms = redis.call('ZRANGE', gb .. 'q', 0, 999)
 else
   for i = 5, #ARGV do
-    local v = redis.call('HGET', base .. 'ids', ARGV[i])
+    local v = idget(ARGV[i])
     if v and redis.call('ZSCORE', gb .. 'q', v) then ms[#ms + 1] = v end
   end
 end
