@@ -524,3 +524,44 @@ func BenchmarkIDHashSize(b *testing.B) {
 		have += 100 * b.N // the fields the sub-benchmark added, roughly
 	}
 }
+
+// BenchmarkWideServerTime measures the server's time (INFO commandstats:
+// EVALSHA, which counts the script's commands too) of a fetch of 100 and of
+// a lag read, on streams of 4 and 1,024 partitions, as the scale cases of
+// `bench -scale` run them: each iteration appends 100 events with fresh
+// keys, fetches them, acks them and reads the lag. Run it against a Redis
+// no one else uses, as BenchmarkConsumerServerTime.
+func BenchmarkWideServerTime(b *testing.B) {
+	for _, parts := range []int{4, 1024} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			ctx := context.Background()
+			be, rc := newBackend(b)
+			c := rheo.New(be)
+			require.NoError(b, c.CreateStream(ctx, "w", rheo.StreamConfig{Partitions: parts}))
+			require.NoError(b, c.CreateGroup(ctx, "w", "g", rheo.GroupConfig{}))
+			ms := make([]rheo.Message, 100)
+			var fetch, lag int64
+			b.ResetTimer()
+			for i := range b.N {
+				for j := range ms {
+					ms[j] = rheo.Message{Key: strconv.Itoa(i*100 + j), Payload: benchPayload(j)}
+				}
+				_, err := c.AppendBatch(ctx, "w", ms)
+				require.NoError(b, err)
+				s0 := commandStats(b, rc)
+				ls, err := c.Fetch(ctx, "w", "g", rheo.FetchOptions{Limit: 100})
+				require.NoError(b, err)
+				s1 := commandStats(b, rc)
+				require.NoError(b, c.AckBatch(ctx, ls))
+				s2 := commandStats(b, rc)
+				_, err = c.Lag(ctx, "w", "g")
+				require.NoError(b, err)
+				s3 := commandStats(b, rc)
+				fetch += s1["evalsha"].usec - s0["evalsha"].usec
+				lag += s3["evalsha"].usec - s2["evalsha"].usec
+			}
+			b.ReportMetric(float64(fetch)/float64(b.N), "fetch-server-µs")
+			b.ReportMetric(float64(lag)/float64(b.N), "lag-server-µs")
+		})
+	}
+}

@@ -547,20 +547,26 @@ func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.Partiti
 	}
 	r := v.([]any)
 	n, _ := toInt(r[0])
-	hw, fr := flatMap(r[1]), flatMap(r[2])
-	rows, _ := r[3].([]any)
 	out := make([]rheo.PartitionLag, n)
-	for p := range int(n) {
-		ps := strconv.Itoa(p)
-		f, _ := strconv.ParseInt(fr[ps], 10, 64)
-		if p < len(rows) {
-			if m, err := toInt(rows[p]); err == nil && m >= 0 {
-				f = min(f, m-1)
+	for p := range out {
+		out[p].Partition = p
+	}
+	// Each list is flat (partition, number) pairs; partitions come as
+	// strings from the hashes and as integers from the script's rows.
+	pairs := func(v any, set func(l *rheo.PartitionLag, x int64)) {
+		a, _ := v.([]any)
+		for i := 0; i+1 < len(a); i += 2 {
+			p, err1 := toInt(a[i])
+			x, err2 := toInt(a[i+1])
+			if err1 == nil && err2 == nil && p >= 0 && p < n {
+				set(&out[p], x)
 			}
 		}
-		h, _ := strconv.ParseInt(hw[ps], 10, 64)
-		out[p] = rheo.PartitionLag{Partition: p, Frontier: f, HighWatermark: h}
 	}
+	pairs(r[1], func(l *rheo.PartitionLag, x int64) { l.HighWatermark = x })
+	pairs(r[2], func(l *rheo.PartitionLag, x int64) { l.Frontier = x })
+	// The lowest reopened sequence m bounds the frontier below it.
+	pairs(r[3], func(l *rheo.PartitionLag, m int64) { l.Frontier = min(l.Frontier, m-1) })
 	return out, nil
 }
 

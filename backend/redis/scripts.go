@@ -1131,16 +1131,23 @@ set_due(p, ss, ARGV[8], true)
 return 0
 `)
 
-// lag returns {partitions, hw-hash-flat, rows of (frontier, min reopened or
-// -1) per partition}.
+// lag returns {partitions, hw-hash-flat, f-hash-flat, (partition, lowest
+// reopened sequence) pairs for the partitions that have reopened ones}.
+// Few partitions have any: it asks which of each 64 do with one EXISTS.
 var lagScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
 local fr = redis.call('HGETALL', gb .. 'f')
 local rows = {}
-for p = 0, n - 1 do
-  local r = redis.call('ZRANGE', gb .. 'r:' .. p, 0, 0)
-  rows[#rows + 1] = r[1] or '-1'
+for i = 0, n - 1, 64 do
+  local ks = {}
+  for p = i, math.min(i + 63, n - 1) do ks[#ks + 1] = gb .. 'r:' .. p end
+  if redis.call('EXISTS', unpack(ks)) > 0 then
+    for x, key in ipairs(ks) do
+      local r = redis.call('ZRANGE', key, 0, 0)
+      if r[1] then rows[#rows + 1] = i + x - 1; rows[#rows + 1] = r[1] end
+    end
+  end
 end
 return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
 `)
