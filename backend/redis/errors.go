@@ -21,6 +21,7 @@ const (
 	codeExists   = "RHEO_EXISTS"
 	codeNoCursor = "RHEO_NOCURSOR"
 	codeNoPart   = "RHEO_NOPARTITION"
+	codeIDsGone  = "RHEO_IDGONE" // a deleted stream's ID index is still being removed
 )
 
 // scriptCode returns the rheo error code of a script's error reply, if any.
@@ -28,7 +29,7 @@ func scriptCode(err error) string {
 	var re goredis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		for _, c := range []string{codeNoStream, codeNoGroup, codeExists, codeNoCursor, codeNoPart} {
+		for _, c := range []string{codeNoStream, codeNoGroup, codeExists, codeNoCursor, codeNoPart, codeIDsGone} {
 			if strings.Contains(msg, c) {
 				return c
 			}

@@ -212,3 +212,111 @@ func dedupe(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+// TestIDIndexOfEarlierVersionsWriters: a process of an earlier version
+// appending to a stream with buckets puts its IDs in "ids". This version
+// finds them there: it answers them as stored, settles their leases and
+// trims them.
+func TestIDIndexOfEarlierVersionsWriters(t *testing.T) {
+	b, rc := newBackend(t)
+	clk := clock.NewFrozen(epoch)
+	c := rheo.New(b, rheo.WithClock(clk))
+	ctx := context.Background()
+	base := b.KeyPrefix() + "{mv}:"
+	require.NoError(t, c.CreateStream(ctx, "mv", rheo.StreamConfig{Partitions: 2}))
+	require.NoError(t, c.CreateGroup(ctx, "mv", "g", rheo.GroupConfig{}))
+	t0 := int64(1_780_000_000_000)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, v7(t0+int64(i)*5000, i))
+	}
+	first, err := c.AppendBatch(ctx, "mv", []rheo.Message{{ID: ids[0]}, {ID: ids[1]}, {ID: ids[2]}, {ID: ids[3]}, {ID: ids[4]}, {ID: ids[5]}})
+	require.NoError(t, err)
+	// What an earlier version's append wrote for the first four: "ids".
+	for _, e := range first[:4] {
+		bk := base + "ids:" + e.ID[:10]
+		at, err := rc.HGet(ctx, bk, e.ID).Result()
+		require.NoError(t, err)
+		require.NoError(t, rc.HDel(ctx, bk, e.ID).Err())
+		require.NoError(t, rc.SRem(ctx, base+"idb", e.ID[:10]).Err())
+		require.NoError(t, rc.HSet(ctx, base+"ids", e.ID, at).Err())
+	}
+	again, err := c.AppendBatch(ctx, "mv", []rheo.Message{{ID: ids[5]}, {ID: ids[0]}, {ID: ids[3]}, {ID: "fresh-1"}})
+	require.NoError(t, err)
+	require.Equal(t, first[5].Sequence, again[0].Sequence)
+	require.Equal(t, first[0].Sequence, again[1].Sequence)
+	require.Equal(t, first[3].Sequence, again[2].Sequence)
+	evs, err := c.Backend().Events(ctx, "mv", ids)
+	require.NoError(t, err)
+	require.Len(t, evs, 6)
+	ls, err := c.Fetch(ctx, "mv", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, ls, 7)
+	listed, err := c.Leases(ctx, "mv", "g", rheo.LeaseListOptions{EventIDs: ids[:2]})
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+	_, err = c.Renew(ctx, ls[0], time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, c.AckBatch(ctx, ls))
+	lag, err := c.Lag(ctx, "mv", "g")
+	require.NoError(t, err)
+	require.Zero(t, lag.Total)
+	_, err = c.Trim(ctx, "mv", rheo.TrimOptions{Retention: rheo.Retention{MaxEvents: 1}})
+	require.NoError(t, err)
+	n, err := rc.HLen(ctx, base+"ids").Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, n, int64(2), "trimmed IDs leave ids too; at most the two kept events' remain")
+	require.NoError(t, c.DeleteStream(ctx, "mv", rheo.DeleteOptions{Confirm: true}))
+	gone, err := rc.Keys(ctx, base+"*").Result()
+	require.NoError(t, err)
+	require.Empty(t, gone)
+}
+
+// TestDeleteStreamOfManyBuckets: deleting a stream whose IDs fill 2,500
+// buckets removes them in several calls, and a stream created again under
+// the name starts with an empty index, also when the deletion stopped
+// before its buckets were gone (here: as an earlier version's deletion
+// leaves them).
+func TestDeleteStreamOfManyBuckets(t *testing.T) {
+	b, rc := newBackend(t)
+	c := rheo.New(b)
+	ctx := context.Background()
+	base := b.KeyPrefix() + "{many}:"
+	msgs := make([]rheo.Message, 2500)
+	t0 := int64(1_780_000_000_000)
+	for i := range msgs {
+		msgs[i] = rheo.Message{ID: v7(t0+int64(i)*4096, i)}
+	}
+	fill := func() {
+		require.NoError(t, c.CreateStream(ctx, "many", rheo.StreamConfig{Partitions: 2}))
+		evs, err := c.AppendBatch(ctx, "many", msgs)
+		require.NoError(t, err)
+		for i, e := range evs {
+			require.NotZero(t, e.Sequence)
+			require.Equal(t, msgs[i].ID, e.ID)
+		}
+		n, err := rc.SCard(ctx, base+"idb").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 2500, n)
+		st, err := c.Stream(ctx, "many")
+		require.NoError(t, err)
+		require.EqualValues(t, 2500, st.HighWatermarks[0]+st.HighWatermarks[1], "no ID was taken for stored")
+	}
+	fill()
+	require.NoError(t, c.DeleteStream(ctx, "many", rheo.DeleteOptions{Confirm: true}))
+	gone, err := rc.Keys(ctx, base+"*").Result()
+	require.NoError(t, err)
+	require.Empty(t, gone)
+
+	// An earlier version's deletion: every key but the buckets and idb.
+	fill()
+	for _, k := range []string{"meta", "hw", "ids", "groups", "trimmed", "s:0", "s:1"} {
+		require.NoError(t, rc.Unlink(ctx, base+k).Err())
+	}
+	require.NoError(t, rc.HDel(ctx, b.KeyPrefix()+"streams", "many").Err())
+	fill() // the same IDs are new to the stream made again
+	require.NoError(t, c.DeleteStream(ctx, "many", rheo.DeleteOptions{Confirm: true}))
+	gone, err = rc.Keys(ctx, base+"*").Result()
+	require.NoError(t, err)
+	require.Empty(t, gone)
+}

@@ -28,6 +28,13 @@ func (b *Backend) CreateStream(ctx context.Context, s rheo.StreamInfo) error {
 	base := b.streamBase(s.Name)
 	reg := strconv.Itoa(s.Partitions) + ":" + micros(s.CreatedAt)
 	_, err := b.run(ctx, createStreamScript, base, s.Partitions, micros(s.CreatedAt))
+	for scriptCode(err) == codeIDsGone {
+		// A stream deleted under the name left buckets of its ID index:
+		// they go before the new stream can have buckets of the same names.
+		if err = b.cleanIDs(ctx, base); err == nil {
+			_, err = b.run(ctx, createStreamScript, base, s.Partitions, micros(s.CreatedAt))
+		}
+	}
 	if scriptCode(err) == codeExists {
 		// The stream exists; make sure the registry lists it even if an
 		// earlier CreateStream stopped between the two writes.

@@ -34,7 +34,28 @@ func (b *Backend) DeleteStream(ctx context.Context, stream string) error {
 		return b.writeErr(err, "delete stream %q", stream)
 	}
 	b.forgetRotation(b.streamBase(stream))
-	return b.writeErr(b.c.HDel(ctx, b.registryKey(), stream).Err(), "delete stream %q: registry", stream)
+	if err := b.c.HDel(ctx, b.registryKey(), stream).Err(); err != nil {
+		return b.writeErr(err, "delete stream %q: registry", stream)
+	}
+	if err := b.cleanIDs(ctx, b.streamBase(stream)); err != nil {
+		return b.writeErr(err, "stream %q is deleted, but removing its ID index stopped (a CreateStream of the name finishes it)", stream)
+	}
+	return nil
+}
+
+// cleanIDs unlinks the buckets of the ID index a deleted stream left (see
+// idCleanScript), a thousand per call, so that no call holds the server
+// long.
+func (b *Backend) cleanIDs(ctx context.Context, base string) error {
+	for {
+		v, err := b.run(ctx, idCleanScript, base, 1000)
+		if err != nil {
+			return err
+		}
+		if n, _ := toInt(v); n == 0 {
+			return nil
+		}
+	}
 }
 
 // SetRetention implements rheo.Backend.

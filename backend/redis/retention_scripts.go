@@ -24,6 +24,19 @@ local function drop_group(g, n)
   redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm')
   redis.call('HDEL', base .. 'groups', g)
 end
+-- gone_ids moves the list of the ID index's buckets to idgone, from which
+-- idCleanScript unlinks them a thousand at a time: a stream of a year's
+-- sparse appends has millions, too many to unlink in one script.
+local function gone_ids()
+  local idb, gone = base .. 'idb', base .. 'idgone'
+  if redis.call('EXISTS', idb) == 0 then return end
+  if redis.call('EXISTS', gone) == 0 then
+    redis.call('RENAME', idb, gone)
+  else
+    redis.call('SUNIONSTORE', gone, gone, idb)
+    redis.call('UNLINK', idb)
+  end
+end
 -- uvarint reads a length prefix (IDs are at most 200 bytes: two bytes).
 local function first_field(v)
   local b1 = string.byte(v, 1)
@@ -48,12 +61,22 @@ local e = need_stream(); if e then return e end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
 for _, g in ipairs(redis.call('HKEYS', base .. 'groups')) do drop_group(g, n) end
 for p = 0, n - 1 do redis.call('UNLINK', skey(p)) end
-local bks = redis.call('SMEMBERS', base .. 'idb')
-for i, bk in ipairs(bks) do bks[i] = idkey(bk) end
-bulk({'UNLINK'}, bks, 1000)
-redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'idb', base .. 'trimmed', KEYS[1])
+gone_ids()
+redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'trimmed', KEYS[1])
 redis.call('SPUBLISH', base .. 'wake', '1')
 return 1
+`)
+
+// idClean: ARGV[2] how many buckets to unlink. It unlinks that many of the
+// buckets a deleted stream left in idgone (after moving there the list of
+// a stream deleted by an earlier version, which left its buckets behind)
+// and returns how many remain.
+var idCleanScript = goredis.NewScript(common + retentionCommon + `
+if redis.call('EXISTS', KEYS[1]) == 0 then gone_ids() end
+local bks = redis.call('SPOP', base .. 'idgone', tonumber(ARGV[2]))
+for i, bk in ipairs(bks) do bks[i] = idkey(bk) end
+if #bks > 0 then bulk({'UNLINK'}, bks, 1000) end
+return redis.call('SCARD', base .. 'idgone')
 `)
 
 // setRetention: ARGV[2] max age (ns), ARGV[3] max events, ARGV[4] interest.
@@ -191,6 +214,6 @@ return {#ents, through, skipped_all, dead_all}
 `)
 
 func init() {
-	allScripts = append(allScripts, deleteGroupScript, deleteStreamScript, setRetentionScript,
+	allScripts = append(allScripts, deleteGroupScript, deleteStreamScript, idCleanScript, setRetentionScript,
 		leaseRetentionScript, retentionStateScript, trimScript)
 }

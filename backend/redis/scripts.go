@@ -71,7 +71,16 @@ local function mrange(key, a, b) return mget(key, ARGV, a, b) end
 -- in the hash "ids". Appends so write to a hash holding the last seconds'
 -- IDs, whatever the stream's length: one hash of every ID spends a third
 -- of each doubling of its size rehashing, and outgrows the CPU's caches.
+-- A UUIDv7 missing from its bucket is looked for in "ids" too when that
+-- exists: a process of an earlier version appending to a stream with
+-- buckets puts every ID there. Deleting a stream moves "idb" to "idgone",
+-- whose buckets go a thousand per call after it (idCleanScript).
 local idl = nil
+local legacy = nil
+local function has_legacy()
+  if legacy == nil then legacy = redis.call('EXISTS', base .. 'ids') == 1 end
+  return legacy
+end
 local function idbucket(id)
   -- The bucket of id, or false for the hash "ids".
   if idl == nil then idl = redis.call('HGET', KEYS[1], 'idl') == '2' end
@@ -84,7 +93,12 @@ local function idkey(bk)
   if bk then return base .. 'ids:' .. bk end
   return base .. 'ids'
 end
-local function idget(id) return redis.call('HGET', idkey(idbucket(id)), id) end
+local function idget(id)
+  local bk = idbucket(id)
+  local v = redis.call('HGET', idkey(bk), id)
+  if not v and bk and has_legacy() then v = redis.call('HGET', base .. 'ids', id) end
+  return v
+end
 local function idsplit(list, a, b, step)
   -- The buckets of the IDs list[a], list[a + step], ... up to list[b], in
   -- the order first seen, and per bucket the positions of its IDs; no
@@ -111,13 +125,43 @@ local function idlookup(list, a, b)
   -- where missing).
   if b < a then return {} end
   local bs, pos = idsplit(list, a, b, 1)
-  if not pos then return mget(idkey(bs[1]), list, a, b) end
-  local out = {}
-  for k, bk in ipairs(bs) do
-    local ids = {}
-    for j, q in ipairs(pos[k]) do ids[j] = list[q] end
-    local r = mget(idkey(bk), ids, 1, #ids)
-    for j, q in ipairs(pos[k]) do out[q - a + 1] = r[j] end
+  local out
+  if not pos then
+    out = mget(idkey(bs[1]), list, a, b)
+    if not bs[1] then return out end
+  else
+    out = {}
+    for k, bk in ipairs(bs) do
+      local ids = {}
+      for j, q in ipairs(pos[k]) do ids[j] = list[q] end
+      local r = mget(idkey(bk), ids, 1, #ids)
+      for j, q in ipairs(pos[k]) do out[q - a + 1] = r[j] end
+    end
+  end
+  -- UUIDv7s missing from their buckets are looked for in "ids" (see
+  -- has_legacy), when there is one.
+  local any = false
+  for i = 1, b - a + 1 do
+    if not out[i] then any = true; break end
+  end
+  if not any or not has_legacy() then return out end
+  local miss, at = {}, {}
+  local function add(i)
+    if not out[i] then
+      miss[#miss + 1] = list[a + i - 1]
+      at[#at + 1] = i
+    end
+  end
+  if not pos then
+    for i = 1, b - a + 1 do add(i) end
+  else
+    for k, bk in ipairs(bs) do
+      if bk then for _, q in ipairs(pos[k]) do add(q - a + 1) end end
+    end
+  end
+  if #miss > 0 then
+    local r = mget(base .. 'ids', miss, 1, #miss)
+    for j, i in ipairs(at) do out[i] = r[j] end
   end
   return out
 end
@@ -144,7 +188,9 @@ local function idstore(kv, m)
     end
   end
   local reg = {}
-  for _, bk in ipairs(bs) do if bk then reg[#reg + 1] = bk end end
+  for _, bk in ipairs(bs) do
+    if bk then reg[#reg + 1] = bk else legacy = true end
+  end
   if #reg > 0 then bulk({'SADD', base .. 'idb'}, reg, 1000) end
 end
 local function iddel(ids)
@@ -161,6 +207,10 @@ local function iddel(ids)
       bulk({'HDEL', key}, ids, 1000)
     end
     if bk and redis.call('EXISTS', key) == 0 then redis.call('SREM', base .. 'idb', bk) end
+  end
+  if bs[1] ~= false or pos then
+    -- Some are UUIDv7s: any of them an earlier version put in "ids" goes.
+    if has_legacy() then bulk({'HDEL', base .. 'ids'}, ids, 1000) end
   end
 end
 -- DUE_PIN is a member the fetch adds to every due set it writes (d:<p>),
@@ -481,6 +531,11 @@ end
 var createStreamScript = goredis.NewScript(common + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('RHEO_EXISTS')
+end
+-- The ID index of a stream deleted under the name is still being removed
+-- (or was left by an earlier version's delete): idCleanScript first.
+if redis.call('EXISTS', base .. 'idgone', base .. 'idb') > 0 then
+  return redis.error_reply('RHEO_IDGONE')
 end
 redis.call('HSET', KEYS[1], 'partitions', ARGV[2], 'created', ARGV[3], 'idl', '2')
 return 1
