@@ -77,8 +77,10 @@ func testIDIndex(t *testing.T, earlier bool) {
 	// Three buckets (4,096 ms each), interleaved, with a UUIDv4, a name and
 	// generated IDs among them.
 	t0 := int64(1_780_000_000_000) &^ 0xfff
+	// A UUIDv4 with the first ten characters of a UUIDv7 beside it.
+	v4 := v7(t0, 8)[:14] + "4" + v7(t0, 8)[15:]
 	ids := []string{
-		v7(t0, 1), v7(t0+5000, 2), "order-1", v7(t0+1, 3), v7(t0+9000, 4),
+		v7(t0, 1), v4, v7(t0+5000, 2), "order-1", v7(t0+1, 3), v7(t0+9000, 4),
 		"4b0e1c2a-9d7e-4f3a-8b1c-2d3e4f5a6b7c", v7(t0+4095, 5), v7(t0+4096, 6),
 	}
 	msgs := func(ids []string) []rheo.Message {
@@ -101,10 +103,34 @@ func testIDIndex(t *testing.T, earlier bool) {
 	if earlier {
 		require.Equal(t, []string{base + "ids"}, keys)
 	} else {
-		require.Equal(t, dedupe(want), dedupe(keys), "one bucket per 4,096 ms; the UUIDv4 and the name in ids")
+		require.Equal(t, dedupe(want), dedupe(keys), "one bucket per 4,096 ms; the UUIDv4s and the name in ids")
 		n, err := rc.HLen(ctx, base+"ids").Result()
 		require.NoError(t, err)
-		require.EqualValues(t, 2, n)
+		require.EqualValues(t, 3, n)
+		for _, id := range []string{ids[0], ids[1]} {
+			got, err := c.Backend().Events(ctx, "ix", []string{id})
+			require.NoError(t, err)
+			require.Len(t, got, 1, id)
+		}
+	}
+	// An append of one bucket's UUIDv7 and a UUIDv4 of its first ten
+	// characters alone (the script's path for a batch of one bucket).
+	p0 := 0
+	w := v7(t0, 13)
+	lone := []rheo.Message{{ID: v7(t0+2, 12), Partition: &p0}, {ID: w[:14] + "4" + w[15:], Partition: &p0}}
+	more, err := c.AppendBatch(ctx, "ix", lone)
+	require.NoError(t, err)
+	first = append(first, more...)
+	for _, e := range more {
+		ids = append(ids, e.ID)
+		got, err := c.Backend().Events(ctx, "ix", []string{e.ID})
+		require.NoError(t, err)
+		require.Len(t, got, 1, e.ID)
+	}
+	if !earlier {
+		n, err := rc.HLen(ctx, base+"ids").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n)
 	}
 
 	// Appending them again writes nothing and answers the stored events,
