@@ -19,7 +19,9 @@ import goredis "github.com/redis/go-redis/v9"
 // common is prepended to every script.
 const common = `
 local base = ARGV[1]
-local function fmt(n) return string.format('%d', n) end
+-- Globals cost a lookup or two at each use: the hot loops use these.
+local rcall, sformat = redis.call, string.format
+local function fmt(n) return sformat('%d', n) end
 local function skey(p) return base .. 's:' .. p end
 local function bulk(head, list, step, tail)
   -- Lua's unpack has a small stack: send long argument lists in chunks.
@@ -622,8 +624,8 @@ for gi = 1, g do
       out[k] = {tonumber(fp), tonumber(fs), r[1] and r[1][2] or {}}
     else
       seq = seq + 1
-      local ss = fmt(seq)
-      redis.call('XADD', sk, ss, 'e', ARGV[eb + k - 1])
+      local ss = sformat('%d', seq)
+      rcall('XADD', sk, ss, 'e', ARGV[eb + k - 1])
       idx[m + 1] = ARGV[ib + k - 1]
       idx[m + 2] = pp .. ss
       m = m + 2
