@@ -42,6 +42,31 @@ func idIndexKeys(t testing.TB, rc goredis.UniversalClient, base string) []string
 	return append(keys, buckets...)
 }
 
+// idIndexFields is the number of IDs the stream's ID index holds, in
+// "ids" and in every bucket (idIndexKeys checks the registry on the way).
+func idIndexFields(t testing.TB, rc goredis.UniversalClient, base string) int64 {
+	t.Helper()
+	var n int64
+	for _, k := range idIndexKeys(t, rc, base) {
+		if k == base+"idb" {
+			continue
+		}
+		m, err := rc.HLen(context.Background(), k).Result()
+		require.NoError(t, err)
+		n += m
+	}
+	return n
+}
+
+// requireNoKeys fails the test when a key of the stream whose key base is
+// base is left.
+func requireNoKeys(t testing.TB, rc goredis.UniversalClient, base string) {
+	t.Helper()
+	left, err := rc.Keys(context.Background(), base+"*").Result()
+	require.NoError(t, err)
+	require.Empty(t, left, "every key of the stream goes with it")
+}
+
 // v7 returns a UUIDv7-shaped ID whose timestamp is ms milliseconds since
 // 1970 and whose random part is n.
 func v7(ms int64, n int) string {
@@ -214,24 +239,13 @@ func testIDIndex(t *testing.T, earlier bool) {
 	rep, err := c.Trim(ctx, "ix", rheo.TrimOptions{Retention: rheo.Retention{MaxEvents: 1}})
 	require.NoError(t, err)
 	require.EqualValues(t, len(all)-3, rep.Removed, "one event kept per partition")
-	left := idIndexKeys(t, rc, base)
-	var fields int64
-	for _, k := range left {
-		if k != base+"idb" {
-			m, err := rc.HLen(ctx, k).Result()
-			require.NoError(t, err)
-			fields += m
-		}
-	}
-	require.EqualValues(t, 3, fields, "the kept events' IDs alone")
+	require.EqualValues(t, 3, idIndexFields(t, rc, base), "the kept events' IDs alone")
 	evs, err = c.Backend().Events(ctx, "ix", all)
 	require.NoError(t, err)
 	require.Len(t, evs, 3)
 
 	require.NoError(t, c.DeleteStream(ctx, "ix", rheo.DeleteOptions{Confirm: true}))
-	gone, err := rc.Keys(ctx, base+"*").Result()
-	require.NoError(t, err)
-	require.Empty(t, gone, "DeleteStream removes every key of the stream")
+	requireNoKeys(t, rc, base)
 }
 
 func dedupe(s []string) []string {
@@ -293,9 +307,7 @@ func TestIDIndexOfEarlierVersionsWriters(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, n, int64(2), "trimmed IDs leave ids too; at most the two kept events' remain")
 	require.NoError(t, c.DeleteStream(ctx, "mv", rheo.DeleteOptions{Confirm: true}))
-	gone, err := rc.Keys(ctx, base+"*").Result()
-	require.NoError(t, err)
-	require.Empty(t, gone)
+	requireNoKeys(t, rc, base)
 }
 
 // TestDeleteStreamOfManyBuckets: deleting a stream whose IDs fill 2,500
@@ -330,9 +342,7 @@ func TestDeleteStreamOfManyBuckets(t *testing.T) {
 	}
 	fill()
 	require.NoError(t, c.DeleteStream(ctx, "many", rheo.DeleteOptions{Confirm: true}))
-	gone, err := rc.Keys(ctx, base+"*").Result()
-	require.NoError(t, err)
-	require.Empty(t, gone)
+	requireNoKeys(t, rc, base)
 
 	// An earlier version's deletion: every key but the buckets and idb.
 	fill()
@@ -342,7 +352,5 @@ func TestDeleteStreamOfManyBuckets(t *testing.T) {
 	require.NoError(t, rc.HDel(ctx, b.KeyPrefix()+"streams", "many").Err())
 	fill() // the same IDs are new to the stream made again
 	require.NoError(t, c.DeleteStream(ctx, "many", rheo.DeleteOptions{Confirm: true}))
-	gone, err = rc.Keys(ctx, base+"*").Result()
-	require.NoError(t, err)
-	require.Empty(t, gone)
+	requireNoKeys(t, rc, base)
 }

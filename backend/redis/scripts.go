@@ -187,13 +187,7 @@ local function idstore(kv, m, one)
   local bs, pos = one, nil
   if not bs then bs, pos = idsplit(kv, 1, m - 1, 2) end
   if not pos then
-    local key = idkey(bs[1])
-    local i = 0
-    while i < m do
-      local j = math.min(i + 1000, m)
-      redis.call('HSET', key, unpack(kv, i + 1, j))
-      i = j
-    end
+    bulk({'HSET', idkey(bs[1])}, kv, 1000)
   else
     for k, bk in ipairs(bs) do
       local flat = {}
@@ -225,10 +219,9 @@ local function iddel(ids)
     end
     if bk and redis.call('EXISTS', key) == 0 then redis.call('SREM', base .. 'idb', bk) end
   end
-  if bs[1] ~= false or pos then
-    -- Some are UUIDv7s: any of them an earlier version put in "ids" goes.
-    if has_legacy() then bulk({'HDEL', base .. 'ids'}, ids, 1000) end
-  end
+  -- Where some are UUIDv7s, any of them an earlier version put in "ids"
+  -- goes from there too.
+  if (pos or bs[1]) and has_legacy() then bulk({'HDEL', base .. 'ids'}, ids, 1000) end
 end
 -- DUE_PIN is a member the fetch adds to every due set it writes (d:<p>),
 -- scored +inf, so never due. It is longer than zset-max-listpack-value
