@@ -211,6 +211,9 @@ func spanDigest(ids []string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
+// SpanDigest is spanDigest, for the backends' tests.
+func SpanDigest(ids []string) int64 { return spanDigest(ids) }
+
 // digestBufs holds spanDigest's buffers; one over maxDigestBuf (a span
 // of thousands of long IDs) is left to the collector.
 var digestBufs = sync.Pool{New: func() any { return new([]byte) }}
