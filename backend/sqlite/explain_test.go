@@ -103,6 +103,8 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"fetch new events":  {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq", 1, 0, 10, 110},
 		"fetch cursor move": {"UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", 5, 1, 0},
 		// The same three of a fetch from several partitions.
+		"settle spans, ranges":   {sqlstore.SpansOfRangesSQL, 1, `{"0":[1,5],"1":[2,3]}`},
+		"settle span deletes":    {sqlstore.DeleteSpansSQL, 1, `[[0,1],[1,2]]`},
 		"fetch new events, runs": {sqlstore.MaterializeRunsSQL, `{"0":2,"1":1}`, 1, 1},
 		// Settle: read the rows, delete acked ones, update nacked ones.
 		"settle read":   {"SELECT seq, status, lease_id, event_id, attempt FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq IN (?, ?, ?)", 1, 0, 1, 2, 3},
@@ -136,6 +138,14 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		}
 	}
 	require.Contains(t, plan(t, db, hot["fetch due partitions"][0].(string), 1, 1, 1, 1), "INDEX rheo_deliveries_timed")
+	// The spans of a settle over many partitions are read and deleted per
+	// partition named, never by a walk of the group's spans.
+	for _, name := range []string{"settle spans, ranges", "settle span deletes"} {
+		p := plan(t, db, hot[name][0].(string), hot[name][1:]...)
+		require.NotContains(t, p, "SCAN rheo_spans", name)
+		require.NotContains(t, p, "SCAN s\n", name)
+		require.Contains(t, p, "SEARCH", name)
+	}
 	// The cursors of a fetch from several partitions are written row by
 	// row from the runs' JSON (the upsert finds each row by its key), never
 	// in a loop over the group's cursors.

@@ -99,9 +99,16 @@ func TestFetchFromManyPartitionsWritesEachSpan(t *testing.T) {
 		require.NoError(t, db.QueryRow("SELECT offered FROM rheo_group_parts WHERE part = ?", p).Scan(&offered))
 		require.Equal(t, s.hi, offered, "partition %d: the cursor moved past the run", p)
 	}
-	// A whole ack of each span settles it.
+	// A whole ack of each span settles it: one AckBatch of spans in more
+	// partitions than fewRuns (settleAllSpans reads and deletes them all at
+	// once), then one of a few.
 	require.NoError(t, c.AckBatch(ctx, ls))
+	var left int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM rheo_spans WHERE lo > 1").Scan(&left))
+	require.Zero(t, left, "the second fetch's spans are gone")
 	require.NoError(t, c.AckBatch(ctx, first[:parts-1]))
+	require.NoError(t, db.QueryRow("SELECT (SELECT COUNT(*) FROM rheo_spans) + (SELECT COUNT(*) FROM rheo_deliveries)").Scan(&left))
+	require.Zero(t, left, "no span or delivery left")
 	lag, err := c.Lag(ctx, "s", "g")
 	require.NoError(t, err)
 	require.Equal(t, int64(len(ms)-len(ls)-len(first)+1), lag.Total)

@@ -865,11 +865,12 @@ func (s *Store) settle(ctx context.Context, stream, group string, reqs []rheo.Se
 			byPart[p] = append(byPart[p], i)
 		}
 		nowUS := micros(now)
-		for _, p := range sortedKeys(byPart) {
-			idx, err := s.settleSpans(ctx, t, ref.id, g, p, reqs, byPart[p])
-			if err != nil {
-				return err
-			}
+		parts := sortedKeys(byPart)
+		if err := s.settleAllSpans(ctx, t, ref.id, g, parts, reqs, byPart); err != nil {
+			return err
+		}
+		for _, p := range parts {
+			idx := byPart[p]
 			if len(idx) == 0 {
 				continue
 			}
@@ -962,65 +963,175 @@ func (s *Store) deadLetter(ctx context.Context, t *writeTx, g groupRef, p int, s
 	return err
 }
 
+// settleAllSpans settles, in each of parts, the requests of byPart[p] that
+// name members of spans (settleSpans), and leaves in byPart[p] the
+// requests for the delivery rows. A settle naming spans in more than
+// fewRuns partitions (an ack of a fetch from many) reads their spans in
+// one statement, given the partitions' ranges of sequences as one JSON
+// object, and deletes the wholly acked ones in one more, instead of two
+// statements per partition.
+func (s *Store) settleAllSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, parts []int,
+	reqs []rheo.SettleRequest, byPart map[int][]int) error {
+	var ranged []int
+	var js []byte
+	for _, p := range parts {
+		lo, hi, ok := spanRange(reqs, byPart[p])
+		if !ok {
+			continue
+		}
+		if len(ranged) == 0 {
+			js = append(js, '{')
+		} else {
+			js = append(js, ',')
+		}
+		ranged = append(ranged, p)
+		js = append(strconv.AppendInt(append(js, '"'), int64(p), 10), '"', ':', '[')
+		js = append(strconv.AppendInt(js, lo, 10), ',')
+		js = append(strconv.AppendInt(js, hi, 10), ']')
+	}
+	if len(ranged) <= int(fewRuns.Load()) {
+		for _, p := range ranged {
+			rest, err := s.settleSpans(ctx, t, streamID, g, p, reqs, byPart[p])
+			if err != nil {
+				return err
+			}
+			byPart[p] = rest
+		}
+		return nil
+	}
+	js = append(js, '}')
+	rows, err := t.query(ctx, SpansOfRangesSQL, g.id, string(js))
+	if err != nil {
+		return err
+	}
+	all, err := scanSpans(rows)
+	if err != nil {
+		return err
+	}
+	var gone []byte // {"p":lo} is not enough (several spans of a partition): [[p,lo],...]
+	var explode []span
+	for k := 0; k < len(all); {
+		p := all[k].part
+		j := k
+		for j < len(all) && all[j].part == p {
+			j++
+		}
+		rest, whole, exp, err := s.sortSpans(ctx, t, streamID, all[k:j], reqs, byPart[p])
+		if err != nil {
+			return err
+		}
+		byPart[p] = rest
+		explode = append(explode, exp...)
+		for _, sp := range whole {
+			if len(gone) == 0 {
+				gone = append(gone, '[')
+			} else {
+				gone = append(gone, ',')
+			}
+			gone = append(strconv.AppendInt(append(gone, '['), int64(sp.part), 10), ',')
+			gone = append(strconv.AppendInt(gone, sp.lo, 10), ']')
+		}
+		k = j
+	}
+	if len(gone) > 0 {
+		if _, err := t.exec(ctx, DeleteSpansSQL, g.id, string(append(gone, ']'))); err != nil {
+			return err
+		}
+	}
+	return s.explode(ctx, t, streamID, g.id, explode)
+}
+
+// The statements of settleAllSpans (SQLite's, as materializeRuns'). The
+// ranges are materialized first, so each range's numbers are read out of
+// its JSON once, not once per span visited.
+const (
+	SpansOfRangesSQL = "WITH r(part, lo, hi) AS MATERIALIZED (SELECT CAST(key AS INTEGER), value ->> 0, value ->> 1 FROM json_each(?2)) " +
+		"SELECT s.part, s.lo, s.hi, s.token, s.attempt, s.consumer_id, s.leased_at, s.expires_at, s.done, s.digest " +
+		"FROM r CROSS JOIN rheo_spans s ON s.grp_id = ?1 AND s.part = r.part AND s.lo <= r.hi AND s.hi >= r.lo ORDER BY s.part, s.lo"
+	DeleteSpansSQL = "DELETE FROM rheo_spans WHERE grp_id = ?1 AND (part, lo) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?2))"
+)
+
+// spanRange returns the lowest and highest sequences that the requests of
+// idx name under span-shaped lease IDs, and false when none does.
+func spanRange(reqs []rheo.SettleRequest, idx []int) (lo, hi int64, ok bool) {
+	lo, hi = int64(math.MaxInt64), int64(math.MinInt64)
+	for _, i := range idx {
+		if l := &reqs[i].Lease; spanShaped(l.ID) {
+			lo, hi = min(lo, l.Event.Sequence), max(hi, l.Event.Sequence)
+		}
+	}
+	return lo, hi, lo <= hi
+}
+
 // settleSpans settles the requests of idx (partition p) that name members
 // of spans: the acks of every member of a span, each once, delete it; any
 // other request for a member turns its span into rows first. It returns
 // the requests left for the delivery rows: all but the whole acks.
 func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, p int,
 	reqs []rheo.SettleRequest, idx []int) ([]int, error) {
-	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, i := range idx {
-		if l := &reqs[i].Lease; spanShaped(l.ID) {
-			lo, hi = min(lo, l.Event.Sequence), max(hi, l.Event.Sequence)
-		}
-	}
-	if lo > hi {
+	lo, hi, ok := spanRange(reqs, idx)
+	if !ok {
 		return idx, nil
 	}
 	sps, err := s.spans(ctx, t, g.id, []int{p}, "lo <= ? AND hi >= ?", hi, lo)
 	if err != nil || len(sps) == 0 {
 		return idx, err
 	}
+	rest, whole, explode, err := s.sortSpans(ctx, t, streamID, sps, reqs, idx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range whole {
+		if _, err := t.exec(ctx, "DELETE FROM rheo_spans WHERE grp_id = ? AND part = ? AND lo = ?", g.id, p, sp.lo); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.explode(ctx, t, streamID, g.id, explode); err != nil {
+		return nil, err
+	}
+	return rest, nil
+}
+
+// sortSpans tells, of the spans sps of one partition, those the requests
+// of idx ack whole (to be deleted) from those they name otherwise (to be
+// turned into rows first), and returns the requests left for the
+// delivery rows: all but the whole acks.
+func (s *Store) sortSpans(ctx context.Context, t *writeTx, streamID int64, sps []span,
+	reqs []rheo.SettleRequest, idx []int) (rest []int, whole, explode []span, err error) {
 	named := make([][]int, len(sps)) // requests per span, as positions in idx
 	for k, i := range idx {
 		if j, ok := spanOf(sps, reqs[i].Lease); ok {
 			named[j] = append(named[j], k)
 		}
 	}
-	whole, nwhole := make([]bool, len(idx)), 0 // by position in idx
-	var explode []span
+	acked, nwhole := make([]bool, len(idx)), 0 // by position in idx
 	for j, sp := range sps {
 		ks := named[j]
 		if len(ks) == 0 {
 			continue
 		}
 		if ok, err := s.wholeAck(ctx, t, streamID, sp, reqs, idx, ks); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		} else if !ok {
 			explode = append(explode, sp)
 			continue
 		}
-		if _, err := t.exec(ctx, "DELETE FROM rheo_spans WHERE grp_id = ? AND part = ? AND lo = ?", g.id, p, sp.lo); err != nil {
-			return nil, err
-		}
+		whole = append(whole, sp)
 		for _, k := range ks {
-			whole[k] = true
+			acked[k] = true
 		}
 		nwhole += len(ks)
 	}
-	if err := s.explode(ctx, t, streamID, g.id, explode); err != nil {
-		return nil, err
-	}
 	if nwhole == 0 {
-		return idx, nil
+		return idx, whole, explode, nil
 	}
-	rest := make([]int, 0, len(idx)-nwhole)
+	rest = make([]int, 0, len(idx)-nwhole)
 	for k, i := range idx {
-		if !whole[k] {
+		if !acked[k] {
 			rest = append(rest, i)
 		}
 	}
-	return rest, nil
+	return rest, whole, explode, nil
 }
 
 // wholeAck reports whether the requests reqs[idx[k]] for k in ks are acks

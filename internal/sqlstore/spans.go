@@ -240,6 +240,11 @@ func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, c
 	if err != nil {
 		return nil, err
 	}
+	return scanSpans(rows)
+}
+
+// scanSpans reads the rows of spans' columns.
+func scanSpans(rows *sql.Rows) ([]span, error) {
 	defer rows.Close()
 	var out []span
 	for rows.Next() {
