@@ -146,6 +146,18 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		require.NotContains(t, p, "SCAN s\n", name)
 		require.Contains(t, p, "SEARCH", name)
 	}
+	// With many spans outstanding (a group 3,000 fetches behind in 16
+	// partitions), a span is deleted by its key, not by a walk of its
+	// partition's spans.
+	_, err = db.Exec("INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, leased_at, expires_at, done, pending, low) " +
+		"WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 48000) " +
+		"SELECT 999, i % 16, i, i, 't', 1, 0, 0, '0', 1, i FROM c")
+	require.NoError(t, err)
+	_, err = db.Exec("ANALYZE")
+	require.NoError(t, err)
+	deletes := plan(t, db, sqlstore.DeleteSpansSQL, 999, `[[0,16],[1,17]]`)
+	t.Logf("settle span deletes, 48,000 spans:\n%s", deletes)
+	require.Contains(t, deletes, "lo=?", "a span deleted by its key")
 	// The cursors of a fetch from several partitions are written row by
 	// row from the runs' JSON (the upsert finds each row by its key), never
 	// in a loop over the group's cursors.
