@@ -182,7 +182,7 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 			}
 			old := existing[i][:min(int64(len(existing[i])), take[i])]
 			if fresh := take[i] - int64(len(old)); fresh > 0 {
-				runs = append(runs, freshRun{i: i, p: p, cursor: offered[i], n: fresh})
+				runs = append(runs, freshRun{p: p, cursor: offered[i], n: fresh})
 			}
 			var err error
 			if leases, err = s.claimExisting(ctx, t, r, ref, g, p, old, now, exp, leaseIDs, leases); err != nil {
@@ -577,16 +577,7 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 		return out, rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: %d events past sequence %d, want %d", r.Stream, p, got, cursor, n)
 	}
 	tok := newID()
-	member := NewSpanIDs(tok)
-	ids := make([]string, n)
-	for i := range out[start:] {
-		l := &out[start+i]
-		id, receipt := member.Member(l.Event.Sequence)
-		*l = lease(r, id, 1, now, exp, l.Event)
-		l.Receipt = receipt
-		ids[i] = l.Event.ID
-	}
-	digest := spanDigest(ids)
+	digest := spanLeases(r, tok, now, exp, out[start:], make([]string, 0, n))
 	if _, err := t.exec(ctx, "INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, digest) "+
 		"VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
 		g.id, p, cursor+1, cursor+n, tok, r.ConsumerID, now, exp, strings.Repeat("0", int(n)), n, cursor+1, digest); err != nil {
@@ -598,12 +589,61 @@ func (s *Store) materialize(ctx context.Context, t *writeTx, r rheo.FetchRequest
 	return out, nil
 }
 
-// freshRun is the run of new events past its cursor that a fetch leases
-// from partition p (r.Partitions[i]).
+// spanLeases makes ls, a run's events in sequence order, the leases of
+// the members of span tok, and returns the span's digest of their event
+// IDs (collected in ids, a buffer).
+func spanLeases(r rheo.FetchRequest, tok string, now, exp int64, ls []rheo.Lease, ids []string) int64 {
+	member := NewSpanIDs(tok)
+	for i := range ls {
+		l := &ls[i]
+		id, receipt := member.Member(l.Event.Sequence)
+		*l = lease(r, id, 1, now, exp, l.Event)
+		l.Receipt = receipt
+		ids = append(ids, l.Event.ID)
+	}
+	return spanDigest(ids)
+}
+
+// freshRun is the run of the n new events past cursor that a fetch leases
+// from partition p.
 type freshRun struct {
-	i, p      int
+	p         int
 	cursor, n int64
 }
+
+// jsonBuf builds the JSON parameters that json_each reads: an object keyed
+// by partition, or an array, of integers or arrays of integers.
+type jsonBuf []byte
+
+// next opens the object or array (open) or separates its next member.
+func (j jsonBuf) next(open byte) jsonBuf {
+	if len(j) == 0 {
+		return append(j, open)
+	}
+	return append(j, ',')
+}
+
+// key opens the object or separates its next member, and writes key p.
+func (j jsonBuf) key(p int) jsonBuf {
+	return append(strconv.AppendInt(append(j.next('{'), '"'), int64(p), 10), '"', ':')
+}
+
+func (j jsonBuf) int(v int64) jsonBuf { return strconv.AppendInt(j, v, 10) }
+
+// ints writes the array of vs.
+func (j jsonBuf) ints(vs ...int64) jsonBuf {
+	j = append(j, '[')
+	for k, v := range vs {
+		if k > 0 {
+			j = append(j, ',')
+		}
+		j = j.int(v)
+	}
+	return append(j, ']')
+}
+
+// end closes the object or array (close) of at least one member.
+func (j jsonBuf) end(close byte) string { return string(append(j, close)) }
 
 // materializeRuns is materialize for the runs of several partitions, in a
 // few statements for all of them instead of three each (a fetch from many
@@ -615,35 +655,23 @@ type freshRun struct {
 // by multi-row INSERTs of up to spanChunk rows.
 func (s *Store) materializeRuns(ctx context.Context, t *writeTx, r rheo.FetchRequest, ref streamRef, g groupRef, runs []freshRun,
 	now, exp int64, newID func() string, out []rheo.Lease) ([]rheo.Lease, error) {
+	// Each event goes to its place in out: run after run (the run of
+	// partition p from first[at[p]]), in sequence order within each,
+	// whatever order the rows come in.
 	start := len(out)
-	at := make(map[int]int, len(runs)) // partition -> index in runs
-	counts, cursors := []byte{'{'}, []byte{'{'}
+	at := make(map[int]int, len(runs))
+	first := make([]int, len(runs))
+	var counts, cursors jsonBuf
 	total := 0
 	for k, run := range runs {
-		at[run.p] = k
-		if k > 0 {
-			counts, cursors = append(counts, ','), append(cursors, ',')
-		}
-		counts = append(strconv.AppendInt(append(counts, '"'), int64(run.p), 10), '"', ':')
-		counts = strconv.AppendInt(counts, run.n, 10)
-		cursors = append(strconv.AppendInt(append(cursors, '"'), int64(run.p), 10), '"', ':')
-		cursors = strconv.AppendInt(cursors, run.cursor+run.n, 10)
+		at[run.p], first[k] = k, start+total
+		counts = counts.key(run.p).int(run.n)
+		cursors = cursors.key(run.p).int(run.cursor + run.n)
 		total += int(run.n)
-	}
-	counts, cursors = append(counts, '}'), append(cursors, '}')
-
-	// Each event goes to its place in out: run after run, in sequence
-	// order within each, whatever order the rows come in.
-	first := make([]int, len(runs))
-	for k := range runs {
-		first[k] = start
-		if k > 0 {
-			first[k] = first[k-1] + int(runs[k-1].n)
-		}
 	}
 	out = slices.Grow(out, total)[:start+total]
 	got := make([]int64, len(runs))
-	rows, err := t.query(ctx, MaterializeRunsSQL, string(counts), g.id, ref.id)
+	rows, err := t.query(ctx, MaterializeRunsSQL, counts.end('}'), g.id, ref.id)
 	if err != nil {
 		return out[:start], err
 	}
@@ -656,8 +684,12 @@ func (s *Store) materializeRuns(ctx context.Context, t *writeTx, r rheo.FetchReq
 			return out[:start], err
 		}
 		k, ok := at[sc.part]
-		j := sc.seq - runs[max(k, 0)].cursor - 1
-		if !ok || j < 0 || j >= runs[k].n {
+		var j int64
+		if ok {
+			j = sc.seq - runs[k].cursor - 1
+			ok = j >= 0 && j < runs[k].n
+		}
+		if !ok {
 			rows.Close()
 			return out[:start], rheo.Errorf(rheo.ErrBackendUnavailable, "stream %q partition %d: event %d read for no run", r.Stream, sc.part, sc.seq)
 		}
@@ -695,15 +727,7 @@ func (s *Store) materializeRuns(ctx context.Context, t *writeTx, r rheo.FetchReq
 				r.Stream, run.p, got[k], run.cursor, run.n)
 		}
 		tok := newID()
-		member := NewSpanIDs(tok)
-		ids = ids[:0]
-		for i := range out[first[k] : first[k]+int(run.n)] {
-			l := &out[first[k]+i]
-			id, receipt := member.Member(l.Event.Sequence)
-			*l = lease(r, id, 1, now, exp, l.Event)
-			l.Receipt = receipt
-			ids = append(ids, l.Event.ID)
-		}
+		digest := spanLeases(r, tok, now, exp, out[first[k]:first[k]+int(run.n)], ids[:0])
 		if n == 0 {
 			spans.S("INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, consumer_id, leased_at, expires_at, done, pending, low, digest) VALUES ")
 		} else {
@@ -711,7 +735,7 @@ func (s *Store) materializeRuns(ctx context.Context, t *writeTx, r rheo.FetchReq
 		}
 		spans.S("(").Arg(g.id).S(", ").Arg(run.p).S(", ").Arg(run.cursor + 1).S(", ").Arg(run.cursor + run.n).S(", ").Arg(tok).S(", 1, ").
 			Arg(r.ConsumerID).S(", ").Arg(now).S(", ").Arg(exp).S(", ").Arg(strings.Repeat("0", int(run.n))).S(", ").Arg(run.n).S(", ").
-			Arg(run.cursor + 1).S(", ").Arg(spanDigest(ids)).S(")")
+			Arg(run.cursor + 1).S(", ").Arg(digest).S(")")
 		if n++; n == spanChunk {
 			if err := flush(); err != nil {
 				return out[:start], err
@@ -721,7 +745,7 @@ func (s *Store) materializeRuns(ctx context.Context, t *writeTx, r rheo.FetchReq
 	if err := flush(); err != nil {
 		return out[:start], err
 	}
-	if _, err := t.exec(ctx, AdvanceCursorsSQL, string(cursors), g.id); err != nil {
+	if _, err := t.exec(ctx, AdvanceCursorsSQL, cursors.end('}'), g.id); err != nil {
 		return out[:start], err
 	}
 	return out, nil
@@ -972,35 +996,31 @@ func (s *Store) deadLetter(ctx context.Context, t *writeTx, g groupRef, p int, s
 // statements per partition.
 func (s *Store) settleAllSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, parts []int,
 	reqs []rheo.SettleRequest, byPart map[int][]int) error {
-	var ranged []int
-	var js []byte
+	type spanned struct {
+		p      int
+		lo, hi int64
+	}
+	var ranged []spanned
 	for _, p := range parts {
-		lo, hi, ok := spanRange(reqs, byPart[p])
-		if !ok {
-			continue
+		if lo, hi, ok := spanRange(reqs, byPart[p]); ok {
+			ranged = append(ranged, spanned{p, lo, hi})
 		}
-		if len(ranged) == 0 {
-			js = append(js, '{')
-		} else {
-			js = append(js, ',')
-		}
-		ranged = append(ranged, p)
-		js = append(strconv.AppendInt(append(js, '"'), int64(p), 10), '"', ':', '[')
-		js = append(strconv.AppendInt(js, lo, 10), ',')
-		js = append(strconv.AppendInt(js, hi, 10), ']')
 	}
 	if len(ranged) <= int(fewRuns.Load()) {
-		for _, p := range ranged {
-			rest, err := s.settleSpans(ctx, t, streamID, g, p, reqs, byPart[p])
+		for _, sr := range ranged {
+			rest, err := s.settleSpans(ctx, t, streamID, g, sr.p, sr.lo, sr.hi, reqs, byPart[sr.p])
 			if err != nil {
 				return err
 			}
-			byPart[p] = rest
+			byPart[sr.p] = rest
 		}
 		return nil
 	}
-	js = append(js, '}')
-	rows, err := t.query(ctx, SpansOfRangesSQL, g.id, string(js))
+	var ranges jsonBuf
+	for _, sr := range ranged {
+		ranges = ranges.key(sr.p).ints(sr.lo, sr.hi)
+	}
+	rows, err := t.query(ctx, SpansOfRangesSQL, g.id, ranges.end('}'))
 	if err != nil {
 		return err
 	}
@@ -1008,7 +1028,7 @@ func (s *Store) settleAllSpans(ctx context.Context, t *writeTx, streamID int64, 
 	if err != nil {
 		return err
 	}
-	var gone []byte // {"p":lo} is not enough (several spans of a partition): [[p,lo],...]
+	var gone jsonBuf // [[p, lo], ...]: a partition can have several
 	var explode []span
 	for k := 0; k < len(all); {
 		p := all[k].part
@@ -1023,18 +1043,12 @@ func (s *Store) settleAllSpans(ctx context.Context, t *writeTx, streamID int64, 
 		byPart[p] = rest
 		explode = append(explode, exp...)
 		for _, sp := range whole {
-			if len(gone) == 0 {
-				gone = append(gone, '[')
-			} else {
-				gone = append(gone, ',')
-			}
-			gone = append(strconv.AppendInt(append(gone, '['), int64(sp.part), 10), ',')
-			gone = append(strconv.AppendInt(gone, sp.lo, 10), ']')
+			gone = gone.next('[').ints(int64(sp.part), sp.lo)
 		}
 		k = j
 	}
 	if len(gone) > 0 {
-		if _, err := t.exec(ctx, DeleteSpansSQL, g.id, string(append(gone, ']'))); err != nil {
+		if _, err := t.exec(ctx, DeleteSpansSQL, g.id, gone.end(']')); err != nil {
 			return err
 		}
 	}
@@ -1064,15 +1078,11 @@ func spanRange(reqs []rheo.SettleRequest, idx []int) (lo, hi int64, ok bool) {
 }
 
 // settleSpans settles the requests of idx (partition p) that name members
-// of spans: the acks of every member of a span, each once, delete it; any
+// of spans, from lo to hi (spanRange): the acks of every member of a span, each once, delete it; any
 // other request for a member turns its span into rows first. It returns
 // the requests left for the delivery rows: all but the whole acks.
-func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, p int,
+func (s *Store) settleSpans(ctx context.Context, t *writeTx, streamID int64, g groupRef, p int, lo, hi int64,
 	reqs []rheo.SettleRequest, idx []int) ([]int, error) {
-	lo, hi, ok := spanRange(reqs, idx)
-	if !ok {
-		return idx, nil
-	}
 	sps, err := s.spans(ctx, t, g.id, []int{p}, "lo <= ? AND hi >= ?", hi, lo)
 	if err != nil || len(sps) == 0 {
 		return idx, err
