@@ -78,3 +78,6 @@ func SetAppendOIDsForTest(edit func([]uint32)) (restore func()) {
 // SetOtherReceiptSQLForTest replaces the statement that tells a stale
 // lease from a receipt mismatch (a statement that fails, say).
 func (b *Backend) SetOtherReceiptSQLForTest(q string) { b.otherReceiptSQL = q }
+
+// LagSQLForTest is the statement Lag runs, in the backend's schema.
+func (b *Backend) LagSQLForTest() string { return dialect{q: b.q}.Rebind(sqlstore.LagSQL) }

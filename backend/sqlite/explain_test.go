@@ -111,7 +111,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"settle ack":    {"DELETE FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq IN (?, ?, ?)", 1, 0, 1, 2, 3},
 		"settle nack":   {"UPDATE rheo_deliveries SET status = 0 WHERE grp_id = ? AND part = ? AND seq = ?", 1, 0, 3},
 		"renew":         {"UPDATE rheo_deliveries SET expires_at = ? WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ?", now, 1, 0, 3, "x"},
-		"lag":           {sqlstore.LagSQL, 1, 1},
+		"lag":           {sqlstore.LagSQL, "s", "g"},
 		"append ids":    {"SELECT id FROM rheo_events WHERE stream_id = ? AND id IN (?, ?)", 1, "a", "b"},
 		"append hwm":    {"UPDATE rheo_partitions SET hwm = hwm + ? WHERE stream_id = ? AND part = ? RETURNING hwm", 1, 1, 0},
 		"read":          {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? ORDER BY seq LIMIT ?", 1, 0, 5, 10},
@@ -138,6 +138,14 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		}
 	}
 	require.Contains(t, plan(t, db, hot["fetch due partitions"][0].(string), 1, 1, 1, 1), "INDEX rheo_deliveries_timed")
+	// Lag reads the group's cursors and the stream's high watermarks by
+	// their keys, and the pending rows through the walk of their indexes.
+	lag := plan(t, db, sqlstore.LagSQL, "s", "g")
+	for _, line := range strings.Split(lag, "\n") {
+		if strings.HasPrefix(line, "SCAN ") {
+			require.Contains(t, []string{"SCAN k", "SCAN pd", "SCAN ps", "SCAN CONSTANT ROW"}, line, "lag:\n%s", lag)
+		}
+	}
 	// The spans of a settle over many partitions are read and deleted per
 	// partition named, never by a walk of the group's spans.
 	for _, name := range []string{"settle spans, ranges", "settle span deletes"} {

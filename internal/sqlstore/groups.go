@@ -134,15 +134,38 @@ func (s *Store) ListGroups(ctx context.Context, stream string) ([]string, error)
 	return out, nil
 }
 
-// LagSQL reads, per partition of a group, the cursor, the high watermark,
-// the lowest pending sequence of a delivery row and that of a span's member
-// (each NULL when none is pending). The frontier is the lower of the two
-// minus one, or the cursor.
-const LagSQL = "SELECT g.part, g.offered, p.hwm, " +
-	"(SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2), " +
-	"(SELECT MIN(s.low) FROM rheo_spans s WHERE s.grp_id = g.grp_id AND s.part = g.part AND s.pending > 0) " +
-	"FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ? AND p.part = g.part " +
-	"WHERE g.grp_id = ? ORDER BY g.part"
+// LagSQL reads, for a group named by its stream's name and its own
+// (arguments in that order), rows of three kinds: 0, a partition, its
+// cursor and its high watermark, one per partition; 1, a partition and
+// the lowest sequence of its pending delivery rows, for the partitions
+// that have any; 2, the same for members of spans. The frontier is the
+// lower of the two pending ones minus one, or the cursor. It returns no
+// row when the stream or the group is missing (a group has a cursor per
+// partition).
+//
+// The partitions with pending rows are found by a walk of the index from
+// partition to partition (pd, ps), one probe each plus one, so that a
+// group caught up on 1,024 partitions costs two probes, not 2,048, while
+// a partition with a long backlog still costs one probe, not a scan.
+// Spans of a partition do not overlap, so the first pending one holds its
+// lowest pending member. Every part is driven by an index with the ids as
+// constants (scalar subqueries of k), each cursor's row read
+// first (CROSS JOIN keeps that order in SQLite); merging the kinds is left to Lag.
+const LagSQL = "WITH RECURSIVE " +
+	"k AS MATERIALIZED (SELECT st.id AS sid, gr.id AS gid FROM rheo_streams st " +
+	"JOIN rheo_groups gr ON gr.stream_id = st.id WHERE st.name = ? AND gr.name = ?), " +
+	"pd(part) AS (SELECT (SELECT MIN(d.part) FROM rheo_deliveries d WHERE d.grp_id = (SELECT gid FROM k) AND d.status < 2) " +
+	"UNION ALL SELECT (SELECT MIN(d.part) FROM rheo_deliveries d WHERE d.grp_id = (SELECT gid FROM k) AND d.status < 2 AND d.part > pd.part) " +
+	"FROM pd WHERE pd.part IS NOT NULL), " +
+	"ps(part) AS (SELECT (SELECT MIN(s.part) FROM rheo_spans s WHERE s.grp_id = (SELECT gid FROM k) AND s.pending > 0) " +
+	"UNION ALL SELECT (SELECT MIN(s.part) FROM rheo_spans s WHERE s.grp_id = (SELECT gid FROM k) AND s.pending > 0 AND s.part > ps.part) " +
+	"FROM ps WHERE ps.part IS NOT NULL) " +
+	"SELECT 0, g.part, g.offered, p.hwm FROM rheo_group_parts g CROSS JOIN rheo_partitions p " +
+	"WHERE g.grp_id = (SELECT gid FROM k) AND p.stream_id = (SELECT sid FROM k) AND p.part = g.part " +
+	"UNION ALL SELECT 1, pd.part, (SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = (SELECT gid FROM k) " +
+	"AND d.part = pd.part AND d.status < 2), 0 FROM pd WHERE pd.part IS NOT NULL " +
+	"UNION ALL SELECT 2, ps.part, (SELECT MIN(s.low) FROM rheo_spans s WHERE s.grp_id = (SELECT gid FROM k) " +
+	"AND s.part = ps.part AND s.pending > 0), 0 FROM ps WHERE ps.part IS NOT NULL"
 
 // frontier is the committed frontier of a partition: the sequence before
 // the lowest pending one, of a delivery row or of a span's member, or the
@@ -157,33 +180,68 @@ func frontier(offered int64, pending, spanned sql.NullInt64) int64 {
 	return offered
 }
 
-// Lag implements rheo.Backend.
+// Lag implements rheo.Backend in one statement; only when it finds no
+// partition does a lookup of the stream and the group tell which is
+// missing.
 func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
 	x := s.reader()
-	ref, g, err := s.group(ctx, x, stream, group)
-	if err != nil {
+	out, err := s.lag(ctx, x, stream, group)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	if _, _, err := s.group(ctx, x, stream, group); err != nil {
 		return nil, s.classify(err, "lag of group %q", group)
 	}
-	rows, err := x.query(ctx, LagSQL, ref.id, g.id)
+	// Both exist now: the group was made again since the first read.
+	return s.lag(ctx, x, stream, group)
+}
+
+func (s *Store) lag(ctx context.Context, x execer, stream, group string) ([]rheo.PartitionLag, error) {
+	rows, err := x.query(ctx, LagSQL, stream, group)
 	if err != nil {
 		return nil, s.classify(err, "lag of group %q", group)
 	}
 	defer rows.Close()
-	out := make([]rheo.PartitionLag, 0, ref.parts)
+	type lowest struct {
+		kind, part int
+		seq        int64
+	}
+	out := []rheo.PartitionLag{}
+	var offered []int64
+	var pending []lowest
 	for rows.Next() {
-		var pl rheo.PartitionLag
-		var offered int64
-		var pending, spanned sql.NullInt64
-		if err := rows.Scan(&pl.Partition, &offered, &pl.HighWatermark, &pending, &spanned); err != nil {
+		var kind, part int
+		var a, b int64
+		if err := rows.Scan(&kind, &part, &a, &b); err != nil {
 			return nil, s.classify(err, "lag of group %q", group)
 		}
-		pl.Frontier = frontier(offered, pending, spanned)
-		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
-		out = append(out, pl)
+		if kind == 0 {
+			out = append(out, rheo.PartitionLag{Partition: part, HighWatermark: b})
+			offered = append(offered, a)
+		} else {
+			pending = append(pending, lowest{kind, part, a})
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.classify(err, "lag of group %q", group)
 	}
+	low := make([][2]sql.NullInt64, len(out)) // per row of out: lowest delivery row, lowest span member
+	byPart := make(map[int]int, len(pending))
+	if len(pending) > 0 {
+		for i, pl := range out {
+			byPart[pl.Partition] = i
+		}
+	}
+	for _, l := range pending {
+		if i, ok := byPart[l.part]; ok {
+			low[i][l.kind-1] = sql.NullInt64{Int64: l.seq, Valid: true}
+		}
+	}
+	for i := range out {
+		out[i].Frontier = frontier(offered[i], low[i][0], low[i][1])
+		out[i].Lag = max(out[i].HighWatermark-out[i].Frontier, 0)
+	}
+	slices.SortFunc(out, func(a, b rheo.PartitionLag) int { return a.Partition - b.Partition })
 	return out, nil
 }
 

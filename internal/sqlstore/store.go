@@ -36,6 +36,15 @@ type Config struct {
 	SingleWriter bool
 	// Read serves reads that need no transaction; it may be Write.
 	Read *sql.DB
+	// PrepareReads prepares each statement run on Read once, as a
+	// database/sql statement kept for the Store's life (SQLite: its read
+	// pool keeps its connections, and its driver keeps no statements of its
+	// own). Leave it off where the driver caches statements per connection
+	// and Read keeps no idle connections (PostgreSQL through
+	// stdlib.OpenDBFromPool): there a database/sql statement is prepared
+	// again, run and deallocated on every call, three round trips and a
+	// fresh plan where one round trip does.
+	PrepareReads bool
 	// InTx, when set, runs inside each write transaction that may have made
 	// work claimable on the given streams, just before COMMIT (PostgreSQL
 	// sends its NOTIFY here, so the signal commits with the change).
@@ -77,8 +86,9 @@ type Store struct {
 	wconn  *sql.Conn
 	wstmts map[string]*sql.Stmt
 
-	rstmtMu sync.Mutex
-	rstmts  map[string]*sql.Stmt
+	prepReads bool
+	rstmtMu   sync.Mutex
+	rstmts    map[string]*sql.Stmt
 
 	cacheMu sync.RWMutex
 	streams map[string]streamRef
@@ -112,7 +122,7 @@ func New(cfg Config) *Store {
 	}
 	return &Store{
 		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed, commit: cfg.Committed,
-		retry:   cfg.Retryable,
+		retry: cfg.Retryable, prepReads: cfg.PrepareReads,
 		wstmts:  map[string]*sql.Stmt{},
 		rstmts:  map[string]*sql.Stmt{},
 		streams: map[string]streamRef{},
@@ -219,7 +229,7 @@ func (x execer) prepared(ctx context.Context, q string) *sql.Stmt {
 		}
 		x.s.wstmts[q] = st
 		return st
-	case x.db != nil:
+	case x.db != nil && x.s.prepReads:
 		x.s.rstmtMu.Lock()
 		defer x.s.rstmtMu.Unlock()
 		if st, ok := x.s.rstmts[q]; ok {
@@ -235,7 +245,7 @@ func (x execer) prepared(ctx context.Context, q string) *sql.Stmt {
 		x.s.rstmts[q] = st
 		return st
 	}
-	return nil // pooled transactions: the driver caches (pgx does)
+	return nil // pooled transactions and unprepared reads: the driver caches (pgx does)
 }
 
 func (x execer) raw() Execer {

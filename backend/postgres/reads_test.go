@@ -1,0 +1,151 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rheo-go/rheo"
+)
+
+// prepareTracer counts the statements pgx runs and the ones it prepares.
+type prepareTracer struct{ queries, prepares atomic.Int64 }
+
+func (c *prepareTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.queries.Add(1)
+	return ctx
+}
+func (c *prepareTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *prepareTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.prepares.Add(1)
+	return ctx
+}
+func (c *prepareTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// TestReadsRunOnPgxsStatementCache runs the reads that go through
+// database/sql (stream and group lookups, Read, Query, Lag, group stats,
+// dead letters, lease lists) on a pool of one connection, twice to warm
+// it, then five times more: once pgx holds a statement prepared on the
+// connection, a read prepares nothing again. A statement prepared through
+// database/sql on a pool that keeps no idle connections of its own is
+// prepared, run and deallocated on every call, and fails this.
+func TestReadsRunOnPgxsStatementCache(t *testing.T) {
+	testPool(t)
+	ctx := context.Background()
+	tr := &prepareTracer{}
+	c, _ := clientOnOwnPool(t, 4, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.Tracer = tr
+	})
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	_, err := c.AppendBatch(ctx, "s", []rheo.Message{
+		{ID: "a", Type: "t", Key: "k1", Payload: json.RawMessage(`{"n":1}`)},
+		{ID: "b", Type: "t", Key: "k2", Payload: json.RawMessage(`{"n":2}`)},
+	})
+	require.NoError(t, err)
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, ls, 1)
+
+	reads := func() {
+		t.Helper()
+		lag, err := c.Lag(ctx, "s", "g")
+		require.NoError(t, err)
+		require.Equal(t, int64(2), lag.Total)
+		evs, err := c.Read(ctx, "s", rheo.ReadOptions{Partition: ls[0].Event.Partition})
+		require.NoError(t, err)
+		require.NotEmpty(t, evs)
+		evs, err = c.Query(ctx, rheo.Query{Stream: "s", Type: "t", Key: "k2"})
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		info, err := c.GroupInfo(ctx, "s", "g")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), info.Inflight)
+		_, err = c.DeadLetters(ctx, "s", "g", rheo.DeadLetterOptions{})
+		require.NoError(t, err)
+		held, err := c.Leases(ctx, "s", "g", rheo.LeaseListOptions{})
+		require.NoError(t, err)
+		require.Len(t, held, 1)
+		_, err = c.Stream(ctx, "s")
+		require.NoError(t, err)
+	}
+	reads()
+	reads()
+	queries, prepares := tr.queries.Load(), tr.prepares.Load()
+	for range 5 {
+		reads()
+	}
+	require.Positive(t, tr.queries.Load()-queries, "the tracer sees the reads")
+	require.Zero(t, tr.prepares.Load()-prepares, "statements prepared again by reads of the same shape")
+}
+
+// TestLagProbesOnlyPartitionsWithPendingWork explains Lag on a group of
+// 256 partitions with leases outstanding in three of them: the lowest
+// pending sequence is looked up in those three (a lookup that runs once
+// per partition of the group is the cost Lag had on many partitions), and
+// Lag reports each partition's frontier as the lowest pending lease
+// leaves it.
+func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
+	testPool(t)
+	ctx := context.Background()
+	be := newBackend(t)
+	c := rheo.New(be)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 256}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	for _, p := range []int{3, 70, 200} {
+		for range 2 {
+			_, err := c.Append(ctx, "s", rheo.Message{Type: "t", Partition: &p, Payload: json.RawMessage(`{}`)})
+			require.NoError(t, err)
+		}
+	}
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 6})
+	require.NoError(t, err)
+	require.Len(t, ls, 6)
+	// One lease of partition 70 becomes a delivery row of its own (the
+	// first), one of partition 200 is acked (the first): the frontier of
+	// 3 and 70 is 0, that of 200 is 1.
+	for _, l := range ls {
+		switch {
+		case l.Event.Partition == 70 && l.Event.Sequence == 1:
+			require.NoError(t, c.Nack(ctx, l, "later", rheo.Delay(time.Hour)))
+		case l.Event.Partition == 200 && l.Event.Sequence == 1:
+			require.NoError(t, c.Ack(ctx, l))
+		}
+	}
+	lag, err := c.Lag(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Len(t, lag.Partitions, 256)
+	require.Equal(t, int64(5), lag.Total)
+	for _, pl := range lag.Partitions {
+		want := rheo.PartitionLag{Partition: pl.Partition}
+		switch pl.Partition {
+		case 3, 70:
+			want.HighWatermark, want.Lag = 2, 2
+		case 200:
+			want.HighWatermark, want.Frontier, want.Lag = 2, 1, 1
+		}
+		require.Equal(t, want, pl)
+	}
+
+	_, err = be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_group_parts, "+be.Schema()+".rheo_partitions")
+	require.NoError(t, err)
+	lines := explain(t, be, "", be.LagSQLForTest(), "s", "g")
+	text := strings.Join(lines, "\n")
+	for _, l := range lines {
+		if strings.Contains(l, "rheo_deliveries") || strings.Contains(l, "rheo_spans") {
+			_, n, ok := strings.Cut(l, "loops=")
+			require.True(t, ok, l)
+			loops, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n), ")"))
+			require.NoError(t, err, l)
+			require.LessOrEqual(t, loops, 4, "a lookup runs per partition of the group:\n%s", text)
+		}
+	}
+}
