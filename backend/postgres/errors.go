@@ -115,6 +115,15 @@ func rolledBack(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
+// staleStatement reports that a statement pgx cached no longer fits the
+// tables (0A000, "cached plan must not change result type", after a
+// column's type changed) or is gone from the server (26000): pgx dropped
+// it on the error, and running it again prepares it anew.
+func staleStatement(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan") || pe.Code == "26000")
+}
+
 // retryable reports errors after which a single-statement write can simply
 // run again: a deadlock or serialization failure rolled it back, and a
 // unique violation on an event ID means a concurrent append of the same ID

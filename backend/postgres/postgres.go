@@ -146,7 +146,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 			}
 			return nil
 		},
-		Retryable: rolledBack,
+		Retryable:      func(err error) bool { return rolledBack(err) || staleStatement(err) },
+		StaleStatement: staleStatement,
 	})
 	b.lis = newListener(b)
 	return b, nil

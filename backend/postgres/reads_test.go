@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/backend/postgres"
 )
 
 // prepareTracer counts the statements pgx runs and the ones it prepares.
@@ -137,7 +138,9 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 
 	_, err = be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_group_parts, "+be.Schema()+".rheo_partitions")
 	require.NoError(t, err)
-	lines := explain(t, be, "", be.LagSQLForTest(), "s", "g")
+	var sid, gid int64
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT stream_id, id FROM "+be.Schema()+".rheo_groups").Scan(&sid, &gid))
+	lines := explain(t, be, "", be.LagSQLForTest(), gid, gid, gid, gid, gid, sid, gid, gid)
 	text := strings.Join(lines, "\n")
 	for _, l := range lines {
 		if strings.Contains(l, "rheo_deliveries") || strings.Contains(l, "rheo_spans") {
@@ -148,4 +151,41 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 			require.LessOrEqual(t, loops, 4, "a lookup runs per partition of the group:\n%s", text)
 		}
 	}
+}
+
+// TestReadsAfterAResultTypeChange changes the type of columns the reads
+// return while their statements are cached on the pool's one connection
+// (as a migration of a newer version run by another process could): the
+// next reads succeed, each preparing its statement anew once pgx dropped
+// the stale one.
+func TestReadsAfterAResultTypeChange(t *testing.T) {
+	testPool(t)
+	ctx := context.Background()
+	c, _ := clientOnOwnPool(t, 2, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	schema := c.Backend().(*postgres.Backend).Schema()
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	_, err := c.Append(ctx, "s", rheo.Message{Type: "t", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	reads := func() {
+		t.Helper()
+		lag, err := c.Lag(ctx, "s", "g")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), lag.Total)
+		n := 0
+		for p := range 2 {
+			evs, err := c.Read(ctx, "s", rheo.ReadOptions{Partition: p})
+			require.NoError(t, err)
+			n += len(evs)
+		}
+		require.Equal(t, 1, n)
+		info, err := c.GroupInfo(ctx, "s", "g")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), info.Available)
+	}
+	reads()
+	reads()
+	_, err = testPool(t).Exec(ctx, "ALTER TABLE "+schema+".rheo_group_parts ALTER COLUMN part TYPE bigint; "+
+		"ALTER TABLE "+schema+".rheo_events ALTER COLUMN part TYPE bigint; ALTER TABLE "+schema+".rheo_streams ALTER COLUMN partitions TYPE bigint")
+	require.NoError(t, err)
+	reads()
 }

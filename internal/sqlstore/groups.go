@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -134,38 +135,37 @@ func (s *Store) ListGroups(ctx context.Context, stream string) ([]string, error)
 	return out, nil
 }
 
-// LagSQL reads, for a group named by its stream's name and its own
-// (arguments in that order), rows of three kinds: 0, a partition, its
-// cursor and its high watermark, one per partition; 1, a partition and
-// the lowest sequence of its pending delivery rows, for the partitions
-// that have any; 2, the same for members of spans. The frontier is the
-// lower of the two pending ones minus one, or the cursor. It returns no
-// row when the stream or the group is missing (a group has a cursor per
-// partition).
+// LagSQL reads, for a group (arguments: the group's id five times, its
+// stream's id, the group's id twice more), rows of three kinds: 0, one row whose
+// fourth column lists every partition with its cursor and high watermark
+// as "part:offered:hwm,…" (read by eachCursor: one row instead of one per
+// partition, which a stream of many partitions reads faster), NULL when
+// the group has no cursor rows (it is gone); 1, a partition and the lowest
+// sequence of its pending delivery rows, for the partitions that have any;
+// 2, the same for members of spans. The frontier is the lower of the two
+// pending ones minus one, or the cursor.
 //
 // The partitions with pending rows are found by a walk of the index from
 // partition to partition (pd, ps), one probe each plus one, so that a
-// group caught up on 1,024 partitions costs two probes, not 2,048, while
-// a partition with a long backlog still costs one probe, not a scan.
-// Spans of a partition do not overlap, so the first pending one holds its
-// lowest pending member. Every part is driven by an index with the ids as
-// constants (scalar subqueries of k), each cursor's row read
-// first (CROSS JOIN keeps that order in SQLite); merging the kinds is left to Lag.
+// group caught up on 1,024 partitions costs two probes, not 2,048, while a
+// partition with a long backlog still costs one probe, not a scan. Spans
+// of a partition do not overlap, so the first pending one (by lo) holds
+// its lowest pending member. The cursors are read first, then each
+// partition's counter by its key (CROSS JOIN keeps that order in SQLite,
+// whatever its statistics say).
 const LagSQL = "WITH RECURSIVE " +
-	"k AS MATERIALIZED (SELECT st.id AS sid, gr.id AS gid FROM rheo_streams st " +
-	"JOIN rheo_groups gr ON gr.stream_id = st.id WHERE st.name = ? AND gr.name = ?), " +
-	"pd(part) AS (SELECT (SELECT MIN(d.part) FROM rheo_deliveries d WHERE d.grp_id = (SELECT gid FROM k) AND d.status < 2) " +
-	"UNION ALL SELECT (SELECT MIN(d.part) FROM rheo_deliveries d WHERE d.grp_id = (SELECT gid FROM k) AND d.status < 2 AND d.part > pd.part) " +
+	"pd(part) AS (SELECT (SELECT MIN(d.part) FROM rheo_deliveries d WHERE d.grp_id = ? AND d.status < 2) " +
+	"UNION ALL SELECT (SELECT MIN(d.part) FROM rheo_deliveries d WHERE d.grp_id = ? AND d.status < 2 AND d.part > pd.part) " +
 	"FROM pd WHERE pd.part IS NOT NULL), " +
-	"ps(part) AS (SELECT (SELECT MIN(s.part) FROM rheo_spans s WHERE s.grp_id = (SELECT gid FROM k) AND s.pending > 0) " +
-	"UNION ALL SELECT (SELECT MIN(s.part) FROM rheo_spans s WHERE s.grp_id = (SELECT gid FROM k) AND s.pending > 0 AND s.part > ps.part) " +
+	"ps(part) AS (SELECT (SELECT MIN(s.part) FROM rheo_spans s WHERE s.grp_id = ? AND s.pending > 0) " +
+	"UNION ALL SELECT (SELECT MIN(s.part) FROM rheo_spans s WHERE s.grp_id = ? AND s.pending > 0 AND s.part > ps.part) " +
 	"FROM ps WHERE ps.part IS NOT NULL) " +
-	"SELECT 0, g.part, g.offered, p.hwm FROM rheo_group_parts g CROSS JOIN rheo_partitions p " +
-	"WHERE g.grp_id = (SELECT gid FROM k) AND p.stream_id = (SELECT sid FROM k) AND p.part = g.part " +
-	"UNION ALL SELECT 1, pd.part, (SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = (SELECT gid FROM k) " +
-	"AND d.part = pd.part AND d.status < 2), 0 FROM pd WHERE pd.part IS NOT NULL " +
-	"UNION ALL SELECT 2, ps.part, (SELECT MIN(s.low) FROM rheo_spans s WHERE s.grp_id = (SELECT gid FROM k) " +
-	"AND s.part = ps.part AND s.pending > 0), 0 FROM ps WHERE ps.part IS NOT NULL"
+	"SELECT 0, 0, 0, string_agg(g.part || ':' || g.offered || ':' || p.hwm, ',') " +
+	"FROM rheo_group_parts g CROSS JOIN rheo_partitions p WHERE g.grp_id = ? AND p.stream_id = ? AND p.part = g.part " +
+	"UNION ALL SELECT 1, pd.part, (SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = ? " +
+	"AND d.part = pd.part AND d.status < 2), NULL FROM pd WHERE pd.part IS NOT NULL " +
+	"UNION ALL SELECT 2, ps.part, (SELECT s.low FROM rheo_spans s WHERE s.grp_id = ? " +
+	"AND s.part = ps.part AND s.pending > 0 ORDER BY s.lo LIMIT 1), NULL FROM ps WHERE ps.part IS NOT NULL"
 
 // frontier is the committed frontier of a partition: the sequence before
 // the lowest pending one, of a delivery row or of a span's member, or the
@@ -180,69 +180,112 @@ func frontier(offered int64, pending, spanned sql.NullInt64) int64 {
 	return offered
 }
 
-// Lag implements rheo.Backend in one statement; only when it finds no
-// partition does a lookup of the stream and the group tell which is
-// missing.
+// Lag implements rheo.Backend in one statement, on the ids the store
+// has cached for the stream and the group. A group that is gone has no
+// cursor rows, so a statement on stale ids finds none: the ids are then
+// looked up again, which also tells a missing stream from a missing group.
 func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
 	x := s.reader()
-	out, err := s.lag(ctx, x, stream, group)
-	if err != nil || len(out) > 0 {
-		return out, err
-	}
-	if _, _, err := s.group(ctx, x, stream, group); err != nil {
-		return nil, s.classify(err, "lag of group %q", group)
-	}
-	// Both exist now: the group was made again since the first read.
-	return s.lag(ctx, x, stream, group)
-}
-
-func (s *Store) lag(ctx context.Context, x execer, stream, group string) ([]rheo.PartitionLag, error) {
-	rows, err := x.query(ctx, LagSQL, stream, group)
+	ref, g, err := s.cachedGroup(ctx, x, stream, group)
 	if err != nil {
 		return nil, s.classify(err, "lag of group %q", group)
+	}
+	out, err := s.lag(ctx, x, ref.id, g.id)
+	if err == nil && len(out) == 0 {
+		if ref, g, err = s.group(ctx, x, stream, group); err == nil {
+			out, err = s.lag(ctx, x, ref.id, g.id)
+		}
+	}
+	if err != nil {
+		return nil, s.classify(err, "lag of group %q", group)
+	}
+	return out, nil
+}
+
+func (s *Store) lag(ctx context.Context, x execer, streamID, groupID int64) ([]rheo.PartitionLag, error) {
+	g := groupID
+	rows, err := x.query(ctx, LagSQL, g, g, g, g, g, streamID, g, g)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	type lowest struct {
 		kind, part int
 		seq        int64
 	}
-	out := []rheo.PartitionLag{}
-	var offered []int64
+	type cursor struct {
+		part         int
+		offered, hwm int64
+	}
+	var cursors []cursor
 	var pending []lowest
 	for rows.Next() {
 		var kind, part int
-		var a, b int64
-		if err := rows.Scan(&kind, &part, &a, &b); err != nil {
-			return nil, s.classify(err, "lag of group %q", group)
+		var seq sql.NullInt64
+		var list sql.RawBytes
+		if err := rows.Scan(&kind, &part, &seq, &list); err != nil {
+			return nil, err
 		}
-		if kind == 0 {
-			out = append(out, rheo.PartitionLag{Partition: part, HighWatermark: b})
-			offered = append(offered, a)
-		} else {
-			pending = append(pending, lowest{kind, part, a})
+		if kind != 0 {
+			pending = append(pending, lowest{kind, part, seq.Int64})
+			continue
+		}
+		if err := eachCursor(list, func(part int, offered, hwm int64) {
+			cursors = append(cursors, cursor{part, offered, hwm})
+		}); err != nil {
+			return nil, err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.classify(err, "lag of group %q", group)
+		return nil, err
 	}
-	low := make([][2]sql.NullInt64, len(out)) // per row of out: lowest delivery row, lowest span member
-	byPart := make(map[int]int, len(pending))
-	if len(pending) > 0 {
-		for i, pl := range out {
-			byPart[pl.Partition] = i
-		}
-	}
+	slices.SortFunc(cursors, func(a, b cursor) int { return a.part - b.part })
+	low := make([][2]sql.NullInt64, len(cursors)) // per cursor: lowest delivery row, lowest span member
 	for _, l := range pending {
-		if i, ok := byPart[l.part]; ok {
+		if i, ok := slices.BinarySearchFunc(cursors, l.part, func(c cursor, p int) int { return c.part - p }); ok {
 			low[i][l.kind-1] = sql.NullInt64{Int64: l.seq, Valid: true}
 		}
 	}
-	for i := range out {
-		out[i].Frontier = frontier(offered[i], low[i][0], low[i][1])
-		out[i].Lag = max(out[i].HighWatermark-out[i].Frontier, 0)
+	out := make([]rheo.PartitionLag, len(cursors))
+	for i, c := range cursors {
+		f := frontier(c.offered, low[i][0], low[i][1])
+		out[i] = rheo.PartitionLag{Partition: c.part, Frontier: f, HighWatermark: c.hwm, Lag: max(c.hwm-f, 0)}
 	}
-	slices.SortFunc(out, func(a, b rheo.PartitionLag) int { return a.Partition - b.Partition })
 	return out, nil
+}
+
+// eachCursor calls fn with each partition, cursor and high watermark of
+// LagSQL's list "part:offered:hwm,part:offered:hwm,…" (non-negative
+// decimal integers), read in place.
+func eachCursor(b []byte, fn func(part int, offered, hwm int64)) error {
+	bad := func() error { return fmt.Errorf("malformed cursor list at %q", b) }
+	for len(b) > 0 {
+		var v [3]int64
+		for j := range v {
+			k := 0
+			for ; k < len(b) && k < 19 && '0' <= b[k] && b[k] <= '9'; k++ {
+				v[j] = v[j]*10 + int64(b[k]-'0')
+			}
+			if k == 0 {
+				return bad()
+			}
+			b = b[k:]
+			if j < 2 {
+				if len(b) == 0 || b[0] != ':' {
+					return bad()
+				}
+				b = b[1:]
+			}
+		}
+		fn(int(v[0]), v[1], v[2])
+		if len(b) > 0 {
+			if b[0] != ',' || len(b) == 1 {
+				return bad()
+			}
+			b = b[1:]
+		}
+	}
+	return nil
 }
 
 // GroupStatsSQL counts, for a group (arguments: its stream's id, then its

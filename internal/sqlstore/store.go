@@ -45,6 +45,12 @@ type Config struct {
 	// again, run and deallocated on every call, three round trips and a
 	// fresh plan where one round trip does.
 	PrepareReads bool
+	// StaleStatement, when set, reports errors after which a read that ran
+	// on a statement the driver cached may simply run again: the statement
+	// no longer fits the tables (PostgreSQL: "cached plan must not change
+	// result type" after a column's type changed) or is gone, and the
+	// driver dropped it from its cache on the error (pgx does).
+	StaleStatement func(error) bool
 	// InTx, when set, runs inside each write transaction that may have made
 	// work claimable on the given streams, just before COMMIT (PostgreSQL
 	// sends its NOTIFY here, so the signal commits with the change).
@@ -87,6 +93,7 @@ type Store struct {
 	wstmts map[string]*sql.Stmt
 
 	prepReads bool
+	stale     func(error) bool
 	rstmtMu   sync.Mutex
 	rstmts    map[string]*sql.Stmt
 
@@ -122,7 +129,7 @@ func New(cfg Config) *Store {
 	}
 	return &Store{
 		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed, commit: cfg.Committed,
-		retry: cfg.Retryable, prepReads: cfg.PrepareReads,
+		retry: cfg.Retryable, prepReads: cfg.PrepareReads, stale: cfg.StaleStatement,
 		wstmts:  map[string]*sql.Stmt{},
 		rstmts:  map[string]*sql.Stmt{},
 		streams: map[string]streamRef{},
@@ -271,7 +278,11 @@ func (x execer) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 	if st := x.prepared(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return x.raw().QueryContext(ctx, q, args...)
+	rows, err := x.raw().QueryContext(ctx, q, args...)
+	if err != nil && x.again(err) {
+		return x.raw().QueryContext(ctx, q, args...)
+	}
+	return rows, err
 }
 
 func (x execer) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
@@ -279,7 +290,19 @@ func (x execer) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	if st := x.prepared(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return x.raw().QueryRowContext(ctx, q, args...)
+	r := x.raw().QueryRowContext(ctx, q, args...)
+	if err := r.Err(); err != nil && x.again(err) {
+		return x.raw().QueryRowContext(ctx, q, args...)
+	}
+	return r
+}
+
+// again reports that a read on the read pool failed on a statement the
+// driver has since dropped (Config.StaleStatement), so that running it
+// once more prepares it anew. Statements of a write transaction are run
+// again with the whole transaction (Config.Retryable).
+func (x execer) again(err error) bool {
+	return x.db != nil && x.s.stale != nil && x.s.stale(err)
 }
 
 func (s *Store) reader() execer { return execer{s: s, db: s.r} }
