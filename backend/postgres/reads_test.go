@@ -5,31 +5,15 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/postgres"
 )
-
-// prepareTracer counts the statements pgx runs and the ones it prepares.
-type prepareTracer struct{ queries, prepares atomic.Int64 }
-
-func (c *prepareTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.queries.Add(1)
-	return ctx
-}
-func (c *prepareTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *prepareTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	c.prepares.Add(1)
-	return ctx
-}
-func (c *prepareTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
 // TestReadsRunOnPgxsStatementCache runs the reads that go through
 // database/sql (stream and group lookups, Read, Query, Lag, group stats,
@@ -41,7 +25,7 @@ func (c *prepareTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePre
 func TestReadsRunOnPgxsStatementCache(t *testing.T) {
 	testPool(t)
 	ctx := context.Background()
-	tr := &prepareTracer{}
+	tr := &countingTracer{}
 	c, _ := clientOnOwnPool(t, 4, func(c *pgxpool.Config) {
 		c.MaxConns = 1
 		c.ConnConfig.Tracer = tr
@@ -80,11 +64,11 @@ func TestReadsRunOnPgxsStatementCache(t *testing.T) {
 	}
 	reads()
 	reads()
-	queries, prepares := tr.queries.Load(), tr.prepares.Load()
+	queries, prepares := tr.n.Load(), tr.prepares.Load()
 	for range 5 {
 		reads()
 	}
-	require.Positive(t, tr.queries.Load()-queries, "the tracer sees the reads")
+	require.Positive(t, tr.n.Load()-queries, "the tracer sees the reads")
 	require.Zero(t, tr.prepares.Load()-prepares, "statements prepared again by reads of the same shape")
 }
 

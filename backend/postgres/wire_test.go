@@ -18,9 +18,9 @@ import (
 	"github.com/rheo-go/rheo/internal/teststore"
 )
 
-// countingTracer counts the statements pgx runs on a pool, and the
-// appends among them.
-type countingTracer struct{ n, appends atomic.Int64 }
+// countingTracer counts the statements pgx runs on a pool, the appends
+// among them, and the statements it prepares.
+type countingTracer struct{ n, appends, prepares atomic.Int64 }
 
 func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
@@ -30,6 +30,11 @@ func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx
 	return ctx
 }
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *countingTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.prepares.Add(1)
+	return ctx
+}
+func (c *countingTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
 // isAppend tells the statements of an append (the fast one and the one
 // that reads stored IDs back) by the counter update they share.
