@@ -63,3 +63,39 @@ func TestLagOfReopenedBeyondTheFirst64Partitions(t *testing.T) {
 	}
 	require.EqualValues(t, 5, lag.Total)
 }
+
+// TestLagAfterScriptFlush reads the lag after the server forgot its
+// scripts (SCRIPT FLUSH, or a failover to a primary that never loaded
+// them): the script runs inside a transaction, where its EVALSHA fails
+// only at EXEC, and Lag sends it whole once more. The other operations
+// fall back the same way (go-redis's Script.Run).
+func TestLagAfterScriptFlush(t *testing.T) {
+	b, rc := newBackend(t)
+	c := rheo.New(b)
+	ctx := context.Background()
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 3}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	for p := range 3 {
+		for range p + 1 {
+			_, err := c.Append(ctx, "s", rheo.Message{Partition: &p, Payload: json.RawMessage(`{}`)})
+			require.NoError(t, err)
+		}
+	}
+	want := []rheo.PartitionLag{
+		{Partition: 0, HighWatermark: 1, Lag: 1},
+		{Partition: 1, HighWatermark: 2, Lag: 2},
+		{Partition: 2, HighWatermark: 3, Lag: 3},
+	}
+	lag, err := c.Lag(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Equal(t, want, lag.Partitions)
+	require.NoError(t, rc.ScriptFlush(ctx).Err())
+	lag, err = c.Lag(ctx, "s", "g")
+	require.NoError(t, err)
+	require.Equal(t, want, lag.Partitions)
+	_, err = c.Lag(ctx, "s", "missing")
+	require.ErrorIs(t, err, rheo.ErrGroupNotFound)
+	require.NoError(t, rc.ScriptFlush(ctx).Err())
+	_, err = c.Lag(ctx, "missing", "g")
+	require.ErrorIs(t, err, rheo.ErrStreamNotFound)
+}

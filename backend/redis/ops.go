@@ -542,38 +542,72 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 	return errs, nil
 }
 
-// Lag implements rheo.Backend.
+// Lag implements rheo.Backend: the script checks the group and finds the
+// lowest reopened sequences; the high watermarks and the frontiers, a
+// field per partition each, are read in the same transaction by HGETALL,
+// so that they reach the client without a passage through Lua (which
+// turns each field into a Lua string and back, the bulk of a lag read on
+// many partitions).
 func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
 	base := b.streamBase(stream)
-	v, err := b.run(ctx, lagScript, base, groupBase(base, group), group)
+	gb := groupBase(base, group)
+	keys := []string{b.metaKey(base)}
+	var sc *goredis.Cmd
+	var hw, fr *goredis.MapStringStringCmd
+	var err error
+	for attempt := range 2 {
+		pipe := b.c.TxPipeline()
+		if attempt == 0 {
+			sc = lagScript.EvalSha(ctx, pipe, keys, base, gb, group)
+		} else {
+			sc = lagScript.Eval(ctx, pipe, keys, base, gb, group)
+		}
+		hw = pipe.HGetAll(ctx, base+"hw")
+		fr = pipe.HGetAll(ctx, gb+"f")
+		_, err = pipe.Exec(ctx)
+		if err == nil || attempt > 0 || !goredis.HasErrorPrefix(sc.Err(), "NOSCRIPT") {
+			break
+		}
+	}
+	if err == nil {
+		err = sc.Err()
+	}
 	if err != nil {
 		if nf := notFound(err, stream, group); nf != nil {
 			return nil, nf
 		}
 		return nil, b.readErr(err, "lag of group %q of stream %q", group, stream)
 	}
-	r := v.([]any)
+	r, _ := sc.Val().([]any)
+	if len(r) != 2 {
+		return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "redis: lag of group %q of stream %q: malformed reply", group, stream)
+	}
 	n, _ := toInt(r[0])
 	out := make([]rheo.PartitionLag, n)
 	for p := range out {
 		out[p].Partition = p
 	}
-	// Each list is flat (partition, number) pairs; partitions come as
-	// strings from the hashes and as integers from the script's rows.
-	pairs := func(v any, set func(l *rheo.PartitionLag, x int64)) {
-		a, _ := v.([]any)
-		for i := 0; i+1 < len(a); i += 2 {
-			p, err1 := toInt(a[i])
-			x, err2 := toInt(a[i+1])
+	fields := func(m map[string]string, set func(l *rheo.PartitionLag, x int64)) {
+		for k, v := range m {
+			p, err1 := strconv.ParseInt(k, 10, 64)
+			x, err2 := strconv.ParseInt(v, 10, 64)
 			if err1 == nil && err2 == nil && p >= 0 && p < n {
 				set(&out[p], x)
 			}
 		}
 	}
-	pairs(r[1], func(l *rheo.PartitionLag, x int64) { l.HighWatermark = x })
-	pairs(r[2], func(l *rheo.PartitionLag, x int64) { l.Frontier = x })
-	// The lowest reopened sequence m bounds the frontier below it.
-	pairs(r[3], func(l *rheo.PartitionLag, m int64) { l.Frontier = min(l.Frontier, m-1) })
+	fields(hw.Val(), func(l *rheo.PartitionLag, x int64) { l.HighWatermark = x })
+	fields(fr.Val(), func(l *rheo.PartitionLag, x int64) { l.Frontier = x })
+	// Flat (partition, lowest reopened sequence m) pairs: m bounds the
+	// frontier below it.
+	a, _ := r[1].([]any)
+	for i := 0; i+1 < len(a); i += 2 {
+		p, err1 := toInt(a[i])
+		m, err2 := toInt(a[i+1])
+		if err1 == nil && err2 == nil && p >= 0 && p < n {
+			out[p].Frontier = min(out[p].Frontier, m-1)
+		}
+	}
 	return out, nil
 }
 

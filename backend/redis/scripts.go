@@ -1197,13 +1197,13 @@ set_due(p, ss, ARGV[8], true)
 return 0
 `)
 
-// lag returns {partitions, hw-hash-flat, f-hash-flat, (partition, lowest
-// reopened sequence) pairs for the partitions that have reopened ones}.
+// lag returns {partitions, (partition, lowest reopened sequence) pairs for
+// the partitions that have reopened ones} (Lag reads the high watermarks
+// and frontiers beside it, in the same transaction).
 // Few partitions have any: it asks which of each 64 do with one EXISTS.
 var lagScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
-local fr = redis.call('HGETALL', gb .. 'f')
 local rows = {}
 for i = 0, n - 1, 64 do
   local ks = {}
@@ -1215,7 +1215,7 @@ for i = 0, n - 1, 64 do
     end
   end
 end
-return {n, redis.call('HGETALL', base .. 'hw'), fr, rows}
+return {n, rows}
 `)
 
 // leases: ARGV[4] limit, ARGV[5] number of event IDs m, then m event IDs
