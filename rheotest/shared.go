@@ -143,12 +143,19 @@ func RunShared(t *testing.T, f SharedFactory) {
 				require.NoError(t, err)
 				require.Len(t, lag.Partitions, 1)
 			}
+			// b's store knows the group of 1 partition now (as a fetch
+			// leaves it), and is asked next for more partitions than
+			// that: the stream's, created again with 4.
+			ls, err := b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 100})
+			require.NoError(t, err)
+			require.Len(t, ls, 8)
+			require.NoError(t, b.AckBatch(ctx, ls))
 			// b's count is fresh now; a new shrink is found by the fetch.
 			require.NoError(t, a.DeleteStream(ctx, s, rheo.DeleteOptions{Confirm: true}))
 			require.NoError(t, a.CreateStream(ctx, s, rheo.StreamConfig{Partitions: 4}))
 			require.NoError(t, a.CreateGroup(ctx, s, "g", rheo.GroupConfig{}))
 			clk.Advance(10 * time.Second)
-			ls, err := b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 1})
+			ls, err = b.Fetch(ctx, s, "g", rheo.FetchOptions{Limit: 1})
 			require.NoError(t, err)
 			require.Empty(t, ls) // b caches 4 partitions
 			require.NoError(t, a.DeleteStream(ctx, s, rheo.DeleteOptions{Confirm: true}))

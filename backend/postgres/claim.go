@@ -454,6 +454,14 @@ func (b *Backend) fetchGroup(ctx context.Context, r rheo.FetchRequest, gOut *gro
 	parts := make([]int32, len(r.Partitions))
 	for i, p := range r.Partitions {
 		if p < 0 || p >= g.parts {
+			// The cached group may be of a stream another process has
+			// since created again with more partitions.
+			if moved, err := b.moved(ctx, r.Stream, r.Group, g); err != nil || moved {
+				if err != nil {
+					return nil, err
+				}
+				return b.fetchGroup(ctx, r, gOut)
+			}
 			return nil, rheo.Errorf(rheo.ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, r.Stream, g.parts)
 		}
 		parts[i] = int32(p)

@@ -79,5 +79,6 @@ func SetAppendOIDsForTest(edit func([]uint32)) (restore func()) {
 // lease from a receipt mismatch (a statement that fails, say).
 func (b *Backend) SetOtherReceiptSQLForTest(q string) { b.otherReceiptSQL = q }
 
-// LagSQLForTest is the statement Lag runs, in the backend's schema.
-func (b *Backend) LagSQLForTest() string { return dialect{q: b.q}.Rebind(sqlstore.LagSQL) }
+// LagSQLForTest is the statement Lag runs (arguments: the group's id and
+// its stream's).
+func (b *Backend) LagSQLForTest() string { return b.sqlf(lagSQL) }

@@ -124,7 +124,7 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 	require.NoError(t, err)
 	var sid, gid int64
 	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT stream_id, id FROM "+be.Schema()+".rheo_groups").Scan(&sid, &gid))
-	lines := explain(t, be, "", be.LagSQLForTest(), gid, gid, gid, gid, gid, sid, gid, gid)
+	lines := explain(t, be, "", be.LagSQLForTest(), gid, sid)
 	text := strings.Join(lines, "\n")
 	for _, l := range lines {
 		if strings.Contains(l, "rheo_deliveries") || strings.Contains(l, "rheo_spans") {

@@ -52,12 +52,6 @@ func (b *Backend) ListGroups(ctx context.Context, stream string) ([]string, erro
 	return b.store.ListGroups(ctx, stream)
 }
 
-// Lag implements rheo.Backend: per partition one index probe for the lowest
-// pending delivery, whatever the stream's length.
-func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
-	return b.store.Lag(ctx, stream, group)
-}
-
 // GroupStats implements rheo.Backend.
 func (b *Backend) GroupStats(ctx context.Context, stream, group string, now time.Time) (rheo.GroupStats, error) {
 	return b.store.GroupStats(ctx, stream, group, now)

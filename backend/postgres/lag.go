@@ -1,0 +1,108 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rheo-go/rheo"
+)
+
+// lagSQL reads, for group $1 of stream $2, per partition its cursor, its
+// high watermark, and the lowest pending sequence of its delivery rows and
+// of its spans' members (NULL when none is pending). The frontier is the
+// lower of the two minus one, or the cursor.
+//
+// The partitions with pending rows are found by a walk of each index from
+// partition to partition (pd, ps): each step is one probe that returns the
+// next such partition together with its lowest pending sequence (the
+// index is ordered by partition, then sequence; a partition's spans do not
+// overlap, so its first pending one by lo holds its lowest pending
+// member). A group caught up on every partition costs two probes, one with
+// pending rows in every partition two per partition, and a partition with
+// a long backlog one, never a scan.
+const lagSQL = `
+WITH RECURSIVE pd(part, seq) AS (
+	(SELECT d.part, d.seq FROM {S}rheo_deliveries d
+	WHERE d.grp_id = $1 AND d.status < 2 ORDER BY d.part, d.seq LIMIT 1)
+	UNION ALL
+	SELECT n.part, n.seq FROM pd CROSS JOIN LATERAL (
+		SELECT d.part, d.seq FROM {S}rheo_deliveries d
+		WHERE d.grp_id = $1 AND d.status < 2 AND d.part > pd.part ORDER BY d.part, d.seq LIMIT 1
+	) n
+),
+ps(part, low) AS (
+	(SELECT s.part, s.low FROM {S}rheo_spans s
+	WHERE s.grp_id = $1 AND s.pending > 0 ORDER BY s.part, s.lo LIMIT 1)
+	UNION ALL
+	SELECT n.part, n.low FROM ps CROSS JOIN LATERAL (
+		SELECT s.part, s.low FROM {S}rheo_spans s
+		WHERE s.grp_id = $1 AND s.pending > 0 AND s.part > ps.part ORDER BY s.part, s.lo LIMIT 1
+	) n
+)
+SELECT g.part, g.offered, p.hwm, pd.seq, ps.low
+FROM {S}rheo_group_parts g
+JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+LEFT JOIN pd ON pd.part = g.part
+LEFT JOIN ps ON ps.part = g.part
+WHERE g.grp_id = $1
+ORDER BY g.part`
+
+// Lag implements rheo.Backend in one statement on the group's cached ids.
+// A group that is gone has no cursor rows, so a statement on stale ids
+// finds none: the names are then resolved again (moved), which also tells
+// a missing stream from a missing group.
+func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+	for attempt := 0; ; attempt++ {
+		g, err := b.group(ctx, stream, group)
+		if err != nil {
+			return nil, err
+		}
+		out, err := b.lag(ctx, g)
+		if err != nil {
+			return nil, classify(err, false, "postgres: lag of group %q of stream %q", group, stream)
+		}
+		if len(out) > 0 || attempt > 0 {
+			return out, nil
+		}
+		if _, err := b.moved(ctx, stream, group, g); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (b *Backend) lag(ctx context.Context, g groupRef) ([]rheo.PartitionLag, error) {
+	q := b.sqlf(lagSQL)
+	for attempt := 0; ; attempt++ {
+		out := make([]rheo.PartitionLag, 0, g.parts)
+		var part int32
+		var offered, hwm int64
+		var pending, spanned *int64
+		rows, err := b.pool.Query(ctx, q, g.id, g.streamID)
+		if err == nil {
+			_, err = pgx.ForEachRow(rows, []any{&part, &offered, &hwm, &pending, &spanned}, func() error {
+				f := offered // nothing pending: the cursor
+				if pending != nil || spanned != nil {
+					f = lowest(pending, spanned) - 1
+				}
+				out = append(out, rheo.PartitionLag{Partition: int(part), Frontier: f, HighWatermark: hwm, Lag: max(hwm-f, 0)})
+				return nil
+			})
+		}
+		if err != nil && attempt == 0 && staleStatement(err) {
+			continue // pgx dropped the stale statement: prepare it anew
+		}
+		return out, err
+	}
+}
+
+// lowest is the lower of the sequences given (at least one is).
+func lowest(a, b *int64) int64 {
+	switch {
+	case a == nil:
+		return *b
+	case b == nil:
+		return *a
+	}
+	return min(*a, *b)
+}
