@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/internal/sqlstore"
 )
 
 // lagSQL reads, for group $1 of stream $2, per partition its cursor, its
@@ -18,9 +20,10 @@ import (
 // next such partition together with its lowest pending sequence (the
 // index is ordered by partition, then sequence; a partition's spans do not
 // overlap, so its first pending one by lo holds its lowest pending
-// member). A group caught up on every partition costs two probes, one with
-// pending rows in every partition two per partition, and a partition with
-// a long backlog one, never a scan.
+// member). A group caught up on every partition costs two probes; one
+// with pending rows everywhere, a probe per partition and index; a
+// partition with a long backlog, one probe, never a scan. The frontier is
+// sqlstore.PartitionLag's, as SQLite's.
 const lagSQL = `
 WITH RECURSIVE pd(part, seq) AS (
 	(SELECT d.part, d.seq FROM {S}rheo_deliveries d
@@ -77,15 +80,11 @@ func (b *Backend) lag(ctx context.Context, g groupRef) ([]rheo.PartitionLag, err
 		out := make([]rheo.PartitionLag, 0, g.parts)
 		var part int32
 		var offered, hwm int64
-		var pending, spanned *int64
+		var pending, spanned sql.NullInt64
 		rows, err := b.pool.Query(ctx, q, g.id, g.streamID)
 		if err == nil {
 			_, err = pgx.ForEachRow(rows, []any{&part, &offered, &hwm, &pending, &spanned}, func() error {
-				f := offered // nothing pending: the cursor
-				if pending != nil || spanned != nil {
-					f = lowest(pending, spanned) - 1
-				}
-				out = append(out, rheo.PartitionLag{Partition: int(part), Frontier: f, HighWatermark: hwm, Lag: max(hwm-f, 0)})
+				out = append(out, sqlstore.PartitionLag(int(part), offered, hwm, pending, spanned))
 				return nil
 			})
 		}
@@ -94,15 +93,4 @@ func (b *Backend) lag(ctx context.Context, g groupRef) ([]rheo.PartitionLag, err
 		}
 		return out, err
 	}
-}
-
-// lowest is the lower of the sequences given (at least one is).
-func lowest(a, b *int64) int64 {
-	switch {
-	case a == nil:
-		return *b
-	case b == nil:
-		return *a
-	}
-	return min(*a, *b)
 }

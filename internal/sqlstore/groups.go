@@ -180,6 +180,14 @@ func frontier(offered int64, pending, spanned sql.NullInt64) int64 {
 	return offered
 }
 
+// PartitionLag is a partition's lag from its cursor, its high watermark
+// and the lowest pending sequences of its delivery rows and of its spans'
+// members (see frontier). PostgreSQL's own lag read shares it.
+func PartitionLag(part int, offered, hwm int64, pending, spanned sql.NullInt64) rheo.PartitionLag {
+	f := frontier(offered, pending, spanned)
+	return rheo.PartitionLag{Partition: part, Frontier: f, HighWatermark: hwm, Lag: max(hwm-f, 0)}
+}
+
 // Lag implements rheo.Backend in one statement, on the ids the store
 // has cached for the stream and the group. A group that is gone has no
 // cursor rows, so a statement on stale ids finds none: the ids are then
@@ -248,8 +256,7 @@ func (s *Store) lag(ctx context.Context, x execer, streamID, groupID int64) ([]r
 	}
 	out := make([]rheo.PartitionLag, len(cursors))
 	for i, c := range cursors {
-		f := frontier(c.offered, low[i][0], low[i][1])
-		out[i] = rheo.PartitionLag{Partition: c.part, Frontier: f, HighWatermark: c.hwm, Lag: max(c.hwm-f, 0)}
+		out[i] = PartitionLag(c.part, c.offered, c.hwm, low[i][0], low[i][1])
 	}
 	return out, nil
 }
