@@ -1,66 +1,16 @@
 package memory_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/rheo-go/rheo"
 	"github.com/rheo-go/rheo/backend/memory"
+	"github.com/rheo-go/rheo/rheotest"
 )
 
-// BenchmarkFetchAckFresh appends 100 events with distinct keys (not
-// timed), fetches them with a limit of 100, acks them in one batch and
-// reads the group's lag, on streams of 4 and 1,024 partitions: on the
-// second, each fetch and ack touches about 95 partitions, one event each,
-// and the lag lists 1,024. fetch-µs, ack-µs and lag-µs are the figures
-// (as the SQLite store's benchmark of the same name).
+// BenchmarkFetchAckFresh is rheotest.BenchFetchAckFresh on the memory
+// store: fetch, ack and lag read of 100 fresh events on 4 and 1,024
+// partitions.
 func BenchmarkFetchAckFresh(b *testing.B) {
-	for _, parts := range []int{4, 1024} {
-		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
-			ctx := context.Background()
-			c := rheo.New(memory.New())
-			if err := c.CreateStream(ctx, "bench", rheo.StreamConfig{Partitions: parts}); err != nil {
-				b.Fatal(err)
-			}
-			if err := c.CreateGroup(ctx, "bench", "g", rheo.GroupConfig{}); err != nil {
-				b.Fatal(err)
-			}
-			ms := make([]rheo.Message, 100)
-			var fetch, ack, lag time.Duration
-			n := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				b.StopTimer()
-				for i := range ms {
-					ms[i] = rheo.Message{Type: "order.created", Key: fmt.Sprintf("k-%d", n), Payload: []byte(`{"order":12345}`)}
-					n++
-				}
-				if _, err := c.AppendBatch(ctx, "bench", ms); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				t0 := time.Now()
-				ls, err := c.Fetch(ctx, "bench", "g", rheo.FetchOptions{Limit: 100})
-				if err != nil || len(ls) != 100 {
-					b.Fatalf("fetched %d: %v", len(ls), err)
-				}
-				t1 := time.Now()
-				if err := c.AckBatch(ctx, ls); err != nil {
-					b.Fatal(err)
-				}
-				t2 := time.Now()
-				if _, err := c.Lag(ctx, "bench", "g"); err != nil {
-					b.Fatal(err)
-				}
-				fetch += t1.Sub(t0)
-				ack += t2.Sub(t1)
-				lag += time.Since(t2)
-			}
-			b.ReportMetric(float64(fetch.Microseconds())/float64(b.N), "fetch-µs")
-			b.ReportMetric(float64(ack.Microseconds())/float64(b.N), "ack-µs")
-			b.ReportMetric(float64(lag.Nanoseconds())/1e3/float64(b.N), "lag-µs")
-		})
-	}
+	rheotest.BenchFetchAckFresh(b, func(testing.TB) rheo.Backend { return memory.New() })
 }

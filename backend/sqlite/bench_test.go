@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rheo-go/rheo"
+	"github.com/rheo-go/rheo/rheotest"
 )
 
 // BenchmarkAppendBatch appends batches of 100 events whose keys cycle over
@@ -124,45 +125,9 @@ func BenchmarkFetchRedeliveries(b *testing.B) {
 	}
 }
 
-// BenchmarkFetchAckFresh appends 100 events with distinct keys (not
-// timed), fetches them with a limit of 100 and acks them in one batch, on
-// streams of 4 and 1,024 partitions: on the second, each fetch and ack
-// touches about 95 partitions, one event each. fetch-µs and ack-µs are
-// the figures.
+// BenchmarkFetchAckFresh is rheotest.BenchFetchAckFresh on SQLite:
+// fetch, ack and lag read of 100 fresh events on 4 and 1,024 partitions
+// (on the second, each fetch and ack touches about 95 partitions).
 func BenchmarkFetchAckFresh(b *testing.B) {
-	for _, parts := range []int{4, 1024} {
-		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
-			ctx := context.Background()
-			c := rheo.New(open(b))
-			require.NoError(b, c.CreateStream(ctx, "bench", rheo.StreamConfig{Partitions: parts}))
-			require.NoError(b, c.CreateGroup(ctx, "bench", "g", rheo.GroupConfig{}))
-			ms := make([]rheo.Message, 100)
-			var fetch, ack time.Duration
-			n := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				b.StopTimer()
-				for i := range ms {
-					ms[i] = rheo.Message{Type: "order.created", Key: fmt.Sprintf("k-%d", n), Payload: []byte(`{"order":12345}`)}
-					n++
-				}
-				_, err := c.AppendBatch(ctx, "bench", ms)
-				require.NoError(b, err)
-				b.StartTimer()
-				t0 := time.Now()
-				ls, err := c.Fetch(ctx, "bench", "g", rheo.FetchOptions{Limit: 100})
-				if err != nil || len(ls) != 100 {
-					b.Fatalf("fetched %d: %v", len(ls), err)
-				}
-				t1 := time.Now()
-				if err := c.AckBatch(ctx, ls); err != nil {
-					b.Fatal(err)
-				}
-				fetch += t1.Sub(t0)
-				ack += time.Since(t1)
-			}
-			b.ReportMetric(float64(fetch.Microseconds())/float64(b.N), "fetch-µs")
-			b.ReportMetric(float64(ack.Microseconds())/float64(b.N), "ack-µs")
-		})
-	}
+	rheotest.BenchFetchAckFresh(b, func(t testing.TB) rheo.Backend { return open(t) })
 }
