@@ -29,16 +29,22 @@ type scaleCase struct {
 	// never settled them: leases that all expired, as a fleet of
 	// consumers that crashed leaves behind).
 	settled string
+	// active, when set, is how many partitions the measured cycles
+	// append to (the first ones, in turn): the stream's other
+	// partitions stay idle. Otherwise keys route the events, and a
+	// cycle's 100 events spread over up to 100 partitions.
+	active int
 }
 
 func scaleCases(events, settled int) []scaleCase {
 	return []scaleCase{
-		{"1,000 groups", 4, 1000, 1000, ""},
-		{"1,024 partitions", 1024, 1, 1000, ""},
-		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, ""},
-		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened"},
-		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed"},
-		{fmt.Sprintf("%s expired", thousands(settled)), 4, 1, settled, "expired"},
+		{"1,000 groups", 4, 1000, 1000, "", 0},
+		{"1,024 partitions", 1024, 1, 1000, "", 0},
+		{"1,024 partitions, 4 active", 1024, 1, 1000, "", 4},
+		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, "", 0},
+		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened", 0},
+		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed", 0},
+		{fmt.Sprintf("%s expired", thousands(settled)), 4, 1, settled, "expired", 0},
 	}
 }
 
@@ -117,10 +123,10 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 	}
 	for i := range cycles + 5 {
 		var s, b [4]time.Duration
-		if err := cycle(ctx, c, "small", i, &s); err != nil {
+		if err := cycle(ctx, c, "small", i, sc.active, &s); err != nil {
 			return r, err
 		}
-		if err := cycle(ctx, c, "big", i, &b); err != nil {
+		if err := cycle(ctx, c, "big", i, sc.active, &b); err != nil {
 			return r, err
 		}
 		if i < 5 {
@@ -136,13 +142,18 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 
 func groupName(g int) string { return "g" + strconv.Itoa(g) }
 
-// cycle appends 100 events, fetches up to 100 for group g0, acks them and
-// reads the lag, adding each operation's time to d.
-func cycle(ctx context.Context, c *rheo.Client, stream string, i int, d *[4]time.Duration) error {
+// cycle appends 100 events (to the first active partitions in turn, or
+// routed by key when active is 0), fetches up to 100 for group g0, acks
+// them and reads the lag, adding each operation's time to d.
+func cycle(ctx context.Context, c *rheo.Client, stream string, i, active int, d *[4]time.Duration) error {
 	msgs := make([]rheo.Message, 100)
 	for j := range msgs {
 		n := i*100 + j
 		msgs[j] = rheo.Message{Type: "order.created", Key: strconv.Itoa(n), Payload: payload(nil, n)}
+		if active > 0 {
+			p := n % active
+			msgs[j].Partition = &p
+		}
 	}
 	t0 := time.Now()
 	if _, err := c.AppendBatch(ctx, stream, msgs); err != nil {

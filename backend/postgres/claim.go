@@ -105,7 +105,7 @@ const (
 const fetchSQL = `
 WITH RECURSIVE ` + probesSQL + `,
 ` + cursorsSQL + `,
-tq AS (SELECT part FROM tp WHERE part = ANY($3::int[])),
+tq AS (SELECT part FROM tp WHERE ($3::int[] IS NULL OR part IN (SELECT unnest($3::int[])))),
 psel AS (
 	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
 		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
@@ -120,7 +120,7 @@ poison AS (
 	RETURNING d.seq
 ),
 oldr AS (
-	SELECT d.* FROM (SELECT part FROM rp WHERE part = ANY($3::int[])) p CROSS JOIN LATERAL (
+	SELECT d.* FROM (SELECT part FROM rp WHERE ($3::int[] IS NULL OR part IN (SELECT unnest($3::int[])))) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 0 AND x.{READY} AND x.due_at <= $5 - {OFFSET}
 		ORDER BY x.seq LIMIT $4
@@ -214,14 +214,13 @@ rp(part) AS (
 	// cursorsSQL locks the group's cursor rows (see fetchSQL); {DUE} is
 	// the fresh form's condition that nothing is due.
 	cursorsSQL = `wk AS (
-	SELECT g.part FROM {S}rheo_group_parts g
-	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
-	WHERE g.grp_id = $1 AND g.part = ANY($3::int[]) AND p.hwm > g.offered{DUE}
+	{WK}{DUE}
 ),
 gpt AS (
-	SELECT part, offered FROM {S}rheo_group_parts
-	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
-	ORDER BY part FOR UPDATE SKIP LOCKED
+	SELECT g.part, g.offered FROM wk CROSS JOIN LATERAL (
+		SELECT x.part, x.offered FROM {S}rheo_group_parts x WHERE x.grp_id = $1 AND x.part = wk.part
+		FOR UPDATE SKIP LOCKED
+	) g
 )`
 	// waitSQL waits for the cursors another fetcher holds.
 	waitSQL = `gpw AS (
@@ -244,11 +243,10 @@ fresh1 AS (
 	) e
 ),
 enough AS (
-	SELECT bool_and(coalesce(c.n, 0) >= $10::int) AS ok
-	FROM unnest($3::int[]) AS p(part)
-	LEFT JOIN (
+	SELECT coalesce(sum(least(c.n, $10::int)), 0) >= $4 AS ok
+	FROM (
 		SELECT part, count(*) AS n FROM (SELECT part FROM old UNION ALL SELECT part FROM fresh1) u GROUP BY part
-	) c ON c.part = p.part
+	) c
 ),
 more AS (
 	SELECT part FROM fresh1 GROUP BY part HAVING count(*) >= $10::int
@@ -346,7 +344,22 @@ ORDER BY part, seq`
 // (EvalPlanQual), which initializes every node of its plan again; a
 // recheck of this statement's small plan costs little.
 const lockCursorsSQL = freshHeadSQL + `
-SELECT count(*) FROM (SELECT part FROM gpt UNION ALL SELECT part FROM gpw) c`
+SELECT set_config('rheo.cursors', coalesce(string_agg(part::text, ','), ''), true)
+FROM (SELECT part FROM gpt UNION ALL SELECT part FROM gpw) c`
+
+// The partitions whose cursors a claim locks (wk, {WK} of cursorsSQL).
+// fetchSQL and lockCursorsSQL find them: those of the request with events
+// past the cursor, which reads every cursor row of the request.
+// freshFetchSQL takes the ones lockCursorsSQL locked before it in the
+// transaction, which it left in a setting of the transaction: the cursors
+// stay as they were (it holds them), and the high watermarks only grow.
+const (
+	wkFind = `SELECT g.part FROM {S}rheo_group_parts g
+	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+	WHERE g.grp_id = $1 AND ($3::int[] IS NULL OR g.part IN (SELECT unnest($3::int[]))) AND p.hwm > g.offered`
+	wkLocked = `SELECT c.part FROM unnest(string_to_array(current_setting('rheo.cursors', true), ',')::int[]) AS c(part)
+	WHERE true`
+)
 
 // freshHeadSQL is the head of freshFetchSQL and lockCursorsSQL: whether
 // anything is due (due, probing only the partitions that have delivery
@@ -359,12 +372,12 @@ due AS (
 		SELECT 1 FROM tp CROSS JOIN LATERAL (
 			SELECT 1 FROM {S}rheo_deliveries x
 			WHERE x.grp_id = $1 AND x.part = tp.part AND x.due_at <= {NOW} AND x.{TIMED} LIMIT 1
-		) d WHERE tp.part = ANY($3::int[])
+		) d WHERE ($3::int[] IS NULL OR tp.part IN (SELECT unnest($3::int[])))
 	) OR EXISTS (
 		SELECT 1 FROM rp CROSS JOIN LATERAL (
 			SELECT 1 FROM {S}rheo_deliveries x
 			WHERE x.grp_id = $1 AND x.part = rp.part AND x.status = 0 AND x.{READY} AND x.due_at <= {NOW} - {OFFSET} LIMIT 1
-		) d WHERE rp.part = ANY($3::int[])
+		) d WHERE ($3::int[] IS NULL OR rp.part IN (SELECT unnest($3::int[])))
 	) AS found
 ),
 old AS (
@@ -396,7 +409,7 @@ WITH x AS (
 const explodeFetchSQL = `
 WITH k AS (
 	SELECT s.ctid AS tid FROM {S}rheo_spans s
-	WHERE s.grp_id = $1 AND s.part = ANY($3::int[]) AND (s.expires_at <= $4 OR s.pending = 0)
+	WHERE s.grp_id = $1 AND ($3::int[] IS NULL OR s.part IN (SELECT unnest($3::int[]))) AND (s.expires_at <= $4 OR s.pending = 0)
 	FOR UPDATE SKIP LOCKED
 ),
 x AS (
@@ -484,6 +497,25 @@ func (b *Backend) fetchGroup(ctx context.Context, r rheo.FetchRequest, gOut *gro
 	}
 }
 
+// every reports whether parts names each of the n partitions. A claim
+// from all of them passes NULL instead of the list: the statements then
+// test no partition against it, which with a list of 1,024 cost each of
+// them a scan of the list per cursor row.
+func every(parts []int32, n int) bool {
+	if len(parts) < n {
+		return false
+	}
+	seen := make([]bool, n)
+	k := 0
+	for _, p := range parts {
+		if !seen[p] {
+			seen[p] = true
+			k++
+		}
+	}
+	return k == n
+}
+
 // quota is a partition's first share of a fetch of limit from k
 // partitions ($10 of fetchSQL): limit / k, rounded up.
 func quota(limit, k int) int { return (limit + max(k, 1) - 1) / max(k, 1) }
@@ -533,14 +565,18 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	// Its plan is the cached generic one: the statement's shape (LATERAL
 	// probes per partition) leaves the planner little to choose, and
 	// planning it afresh for every call cost as much as running it.
+	req := parts
+	if every(parts, g.parts) {
+		req = nil // $3: NULL, every partition
+	}
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	batch.Queue(setFetchGUCs)
-	batch.Queue(b.explodeFetch, g.id, g.streamID, parts, now)
-	args := []any{g.id, g.streamID, parts, r.Limit, now, exp, r.ConsumerID, ids, first, quota(r.Limit, len(parts))}
+	batch.Queue(b.explodeFetch, g.id, g.streamID, req, now)
+	args := []any{g.id, g.streamID, req, r.Limit, now, exp, r.ConsumerID, ids, first, quota(r.Limit, len(parts))}
 	switch {
 	case !full:
-		batch.Queue(b.lockCursors, g.id, g.streamID, parts, now)
+		batch.Queue(b.lockCursors, g.id, g.streamID, req, now)
 		batch.Queue(b.freshFetch, args...)
 	case g.maxAttempts <= 1:
 		batch.Queue(b.fetchSQL1, append(args, g.maxAttempts, poisonReason, sqlstore.DueCap(r.Limit))...)
@@ -1297,13 +1333,13 @@ type statements struct {
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
-	fetch := b.sqlf(due(memberIDs(strings.ReplaceAll(fetchSQL, "{DUE}", ""))))
+	fetch := b.sqlf(due(memberIDs(strings.NewReplacer("{WK}", wkFind, "{DUE}", "").Replace(fetchSQL))))
 	b.fetchSQL = strings.ReplaceAll(fetch, "{SWEEP}", sweepRetried)
-	fresh := func(q, now string) string {
-		return b.sqlf(due(strings.NewReplacer("{DUE}", " AND NOT (SELECT found FROM due)", "{NOW}", now).Replace(q)))
+	fresh := func(q, wk, now string) string {
+		return b.sqlf(due(strings.NewReplacer("{WK}", wk, "{DUE}", " AND NOT (SELECT found FROM due)", "{NOW}", now).Replace(q)))
 	}
-	b.freshFetch = fresh(freshFetchSQL, "$5")
-	b.lockCursors = fresh(lockCursorsSQL, "$4")
+	b.freshFetch = fresh(freshFetchSQL, wkLocked, "$5")
+	b.lockCursors = fresh(lockCursorsSQL, wkFind, "$4")
 	b.fetchSQL1 = strings.ReplaceAll(fetch, "{SWEEP}", due(sweepDue))
 	b.renewSQL = b.sqlf(renewSQL)
 	spans := strings.NewReplacer("{R}", "spr", "{A}", "spr.attempt", "{O}", "NULL::text").Replace(settleSpans)
