@@ -217,14 +217,14 @@ rp(part) AS (
 	{WK}{DUE}
 ),
 gpt AS (
-	SELECT g.part, g.offered FROM wk CROSS JOIN LATERAL (
-		SELECT x.part, x.offered FROM {S}rheo_group_parts x WHERE x.grp_id = $1 AND x.part = wk.part
+	SELECT g.part, g.offered, g.tid FROM wk CROSS JOIN LATERAL (
+		SELECT x.part, x.offered, x.ctid AS tid FROM {S}rheo_group_parts x WHERE x.grp_id = $1 AND x.part = wk.part
 		FOR UPDATE SKIP LOCKED
 	) g
 )`
 	// waitSQL waits for the cursors another fetcher holds.
 	waitSQL = `gpw AS (
-	SELECT part, offered FROM {S}rheo_group_parts
+	SELECT part, offered, ctid AS tid FROM {S}rheo_group_parts
 	WHERE grp_id = $1 AND part IN (SELECT part FROM wk)
 		AND NOT EXISTS (SELECT 1 FROM gpt) AND NOT EXISTS (SELECT 1 FROM old)
 	ORDER BY part FOR UPDATE
@@ -232,7 +232,7 @@ gpt AS (
 	// sharesSQL reads the events past the cursors and picks the deliveries
 	// and events the fetch leases (pick).
 	sharesSQL = `gp AS (
-	SELECT part, offered FROM gpt UNION ALL SELECT part, offered FROM gpw
+	SELECT part, offered, tid FROM gpt UNION ALL SELECT part, offered, tid FROM gpw
 ),
 fresh1 AS (
 	SELECT e.*
@@ -303,10 +303,12 @@ pick AS (
 	FROM pick WHERE fresh GROUP BY part
 	RETURNING part, token
 ),
+top AS (
+	SELECT c.tid, c.part, max(p.seq) AS top FROM pick p JOIN gp c ON c.part = p.part WHERE p.fresh GROUP BY c.tid, c.part
+),
 adv AS (
 	UPDATE {S}rheo_group_parts g SET offered = m.top
-	FROM (SELECT part, max(seq) AS top FROM pick WHERE fresh GROUP BY part) m
-	WHERE g.grp_id = $1 AND g.part = m.part
+	FROM top m WHERE {ADV}
 	RETURNING g.part
 )`
 	// gotSpansSQL returns the leases of the spans with their events.
@@ -357,6 +359,17 @@ const (
 	wkFind = `SELECT g.part FROM {S}rheo_group_parts g
 	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
 	WHERE g.grp_id = $1 AND ($3::int[] IS NULL OR g.part IN (SELECT unnest($3::int[]))) AND p.hwm > g.offered`
+	// How the claim finds the cursor rows it advances ({ADV} of
+	// leaseSQL). freshFetchSQL's rows were locked by the statement before
+	// it, so its snapshot holds their last versions: it updates them by
+	// tuple ID, reading no other cursor. fetchSQL locks them itself, after
+	// its snapshot was taken, and the tuple ID it has of a row another
+	// fetcher updated in between is not the one it locked (an update by
+	// it finds the newer version, which its tuple ID does not name, and
+	// leaves the cursor behind: events then went out twice in the
+	// conformance suite's competing fetchers). It joins by key.
+	advByKey = `g.grp_id = $1 AND g.part = m.part`
+	advByTID = `g.ctid = ANY(ARRAY(SELECT tid FROM top)) AND g.ctid = m.tid`
 	wkLocked = `SELECT c.part FROM unnest(string_to_array(current_setting('rheo.cursors', true), ',')::int[]) AS c(part)
 	WHERE true`
 )
@@ -1333,10 +1346,10 @@ type statements struct {
 
 func (b *Backend) prepareTexts() {
 	due := strings.NewReplacer("{READY}", sqlstore.ReadySQL, "{TIMED}", sqlstore.TimedSQL, "{OFFSET}", sqlstore.ReadyOffsetSQL).Replace
-	fetch := b.sqlf(due(memberIDs(strings.NewReplacer("{WK}", wkFind, "{DUE}", "").Replace(fetchSQL))))
+	fetch := b.sqlf(due(memberIDs(strings.NewReplacer("{WK}", wkFind, "{ADV}", advByKey, "{DUE}", "").Replace(fetchSQL))))
 	b.fetchSQL = strings.ReplaceAll(fetch, "{SWEEP}", sweepRetried)
 	fresh := func(q, wk, now string) string {
-		return b.sqlf(due(strings.NewReplacer("{WK}", wk, "{DUE}", " AND NOT (SELECT found FROM due)", "{NOW}", now).Replace(q)))
+		return b.sqlf(due(strings.NewReplacer("{WK}", wk, "{ADV}", advByTID, "{DUE}", " AND NOT (SELECT found FROM due)", "{NOW}", now).Replace(q)))
 	}
 	b.freshFetch = fresh(freshFetchSQL, wkLocked, "$5")
 	b.lockCursors = fresh(lockCursorsSQL, wkFind, "$4")
