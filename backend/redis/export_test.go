@@ -11,16 +11,20 @@ import (
 // countingFetchScript is fetchScript with every redis.call it makes counted:
 // the arguments it sends plus the elements of the reply (top level). The
 // count is added to the key "<stream key base>test:touched" (the stream's
-// slot), which FetchCounted reads and deletes. It measures how much of the
+// slot), which FetchCounted reads and deletes, and the number of partition
+// streams its XREADGROUPs read to "<stream key base>test:streams", which
+// FetchStreams reads and deletes. It measures how much of the
 // store one fetch reads and writes, whatever the machine's speed.
 var countingFetchScript = goredis.NewScript(`
 local __R = redis
 local __n = 0
+local __s = 0
 local redis = setmetatable({
   call = function(...)
     local r = __R.call(...)
     __n = __n + select('#', ...)
     if type(r) == 'table' then __n = __n + #r end
+    if select(1, ...) == 'XREADGROUP' then __s = __s + (select('#', ...) - 8) / 2 end
     return r
   end,
 }, {__index = __R})
@@ -29,6 +33,7 @@ local function __body()
 end
 local __out = __body()
 __R.call('INCRBY', ARGV[1] .. 'test:touched', __n)
+__R.call('INCRBY', ARGV[1] .. 'test:streams', __s)
 return __out
 `)
 
@@ -41,4 +46,10 @@ func (b *Backend) FetchCounted(ctx context.Context, r rheo.FetchRequest) ([]rheo
 	}
 	n, err := b.c.GetDel(ctx, b.streamBase(r.Stream)+"test:touched").Int64()
 	return ls, n, err
+}
+
+// FetchStreams reads and deletes the count of partition streams the
+// fetches through FetchCounted read since it last did.
+func (b *Backend) FetchStreams(ctx context.Context, stream string) (int64, error) {
+	return b.c.GetDel(ctx, b.streamBase(stream)+"test:streams").Int64()
 }

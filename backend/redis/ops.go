@@ -305,6 +305,16 @@ func (b *Backend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rheo.Lease,
 	return b.fetch(ctx, fetchScript, r)
 }
 
+// prefix reports whether parts are 0, 1, ..., len(parts)-1 in order.
+func prefix(parts []int) bool {
+	for i, p := range parts {
+		if p != i {
+			return false
+		}
+	}
+	return true
+}
+
 // fetch is Fetch with the script to run (the tests run an instrumented
 // copy of fetchScript).
 func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.FetchRequest) ([]rheo.Lease, error) {
@@ -314,12 +324,18 @@ func (b *Backend) fetch(ctx context.Context, script *goredis.Script, r rheo.Fetc
 	// A lease must end after now, or the claim would be due at once.
 	exp := max(r.Now.Add(r.LeaseDuration).UnixMicro(), now+1)
 	args := make([]any, 0, 7+k+r.Limit)
-	args = append(args, groupBase(base, r.Group), r.Group, now, exp, r.Limit, k)
 	gb := groupBase(base, r.Group)
 	step := b.rotate(gb)
 	off := step % k
-	for i := range k {
-		args = append(args, r.Partitions[(off+i)%k])
+	if prefix(r.Partitions) {
+		// Partitions 0 to k-1 (a fetch from every partition): the script
+		// makes the list (see fetchScript).
+		args = append(args, gb, r.Group, now, exp, r.Limit, -k, off)
+	} else {
+		args = append(args, gb, r.Group, now, exp, r.Limit, k)
+		for i := range k {
+			args = append(args, r.Partitions[(off+i)%k])
+		}
 	}
 	leaseIDs := make([]string, r.Limit)
 	for i := range leaseIDs {

@@ -21,7 +21,7 @@ local function drop_group(g, n)
     pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), g)
     redis.call('UNLINK', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   end
-  redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm')
+  redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm', gb .. 'aw', gb .. 'ab')
   redis.call('HDEL', base .. 'groups', g)
 end
 -- gone_ids moves the list of the ID index's buckets to idgone, from which
@@ -62,7 +62,7 @@ local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
 for _, g in ipairs(redis.call('HKEYS', base .. 'groups')) do drop_group(g, n) end
 for p = 0, n - 1 do redis.call('UNLINK', skey(p)) end
 gone_ids()
-redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'trimmed', KEYS[1])
+redis.call('UNLINK', base .. 'groups', base .. 'hw', base .. 'ids', base .. 'trimmed', base .. 'ap', KEYS[1])
 redis.call('SPUBLISH', base .. 'wake', '1')
 return 1
 `)

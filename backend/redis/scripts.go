@@ -547,7 +547,7 @@ end
 if redis.call('EXISTS', base .. 'idgone', base .. 'idb') > 0 then
   return redis.error_reply('RHEO_IDGONE')
 end
-redis.call('HSET', KEYS[1], 'partitions', ARGV[2], 'created', ARGV[3], 'idl', '2')
+redis.call('HSET', KEYS[1], 'partitions', ARGV[2], 'created', ARGV[3], 'idl', '2', 'ac', '0')
 return 1
 `)
 
@@ -572,7 +572,7 @@ return {m[1], m[2], redis.call('HGETALL', base .. 'hw')}
 // The loop is kept lean on purpose: one XADD and three short strings per
 // event, no per-event tables.
 var appendScript = goredis.NewScript(common + `
-local meta = redis.call('HMGET', KEYS[1], 'partitions', 'idl')
+local meta = redis.call('HMGET', KEYS[1], 'partitions', 'idl', 'ac')
 if not meta[1] then return redis.error_reply('RHEO_NOSTREAM') end
 local np = tonumber(meta[1])
 idl = meta[2] == '2'
@@ -597,6 +597,7 @@ local idx = {}
 local m = 0
 local hwk = base .. 'hw'
 local q = 0
+local touched = {}
 for gi = 1, g do
   local p = ARGV[1 + 2 * gi]
   local c = tonumber(ARGV[2 + 2 * gi])
@@ -605,7 +606,10 @@ for gi = 1, g do
     for k = q + 1, q + c do if found[k] then fresh = fresh - 1 end end
   end
   local seq = 0
-  if fresh > 0 then seq = redis.call('HINCRBY', hwk, p, fresh) - fresh end
+  if fresh > 0 then
+    seq = redis.call('HINCRBY', hwk, p, fresh) - fresh
+    touched[#touched + 1] = p
+  end
   firsts[gi] = seq + 1
   local sk = skey(p)
   local pp = p .. ':'
@@ -628,7 +632,17 @@ for gi = 1, g do
   q = q + c
 end
 idstore(idx, m, one)
-if m > 0 then redis.call('SPUBLISH', base .. 'wake', '1') end
+if m > 0 then
+  -- The append counter and the partitions it appended to (see appended in
+  -- fetchSource), on streams that keep them.
+  if meta[3] then
+    local c = fmt(redis.call('HINCRBY', KEYS[1], 'ac', 1))
+    local za = {}
+    for i, p in ipairs(touched) do za[2 * i - 1] = c; za[2 * i] = p end
+    bulk({'ZADD', base .. 'ap'}, za, 1000)
+  end
+  redis.call('SPUBLISH', base .. 'wake', '1')
+end
 if dup then return out end
 return firsts
 `)
@@ -688,7 +702,9 @@ return 1
 
 // fetch: ARGV[4] now (µs), ARGV[5] expires (µs), ARGV[6] limit, ARGV[7]
 // number of partitions k, ARGV[8..7+k] partitions in fetch order, then
-// limit fresh lease IDs, then the consumer ID. Returns flat triples, one
+// limit fresh lease IDs, then the consumer ID. A fetch from the partitions
+// 0 to k-1 sends -k and then, in ARGV[8], the first of them in fetch order
+// (the others follow it, wrapping around), instead of the list. Returns flat triples, one
 // per run of claims from one partition: partition, then either the index
 // (1-based) of the first fresh lease ID the run used and flat pairs (seq,
 // entry fields as XREADGROUP returned them) for events not offered before
@@ -711,10 +727,22 @@ local nowS = ARGV[4]
 local exp = ARGV[5]
 local limit = tonumber(ARGV[6])
 local k = tonumber(ARGV[7])
-local bad = bad_partitions(8, 1, k); if bad then return bad end
 local parts = {}
-for i = 1, k do parts[i] = ARGV[7 + i] end
 local idbase = 7 + k
+local every = nil -- whether the fetch is from every partition (nil: not known yet)
+if k < 0 then
+  k = -k
+  local np = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+  if k > np then return redis.error_reply('RHEO_NOPARTITION ' .. fmt(k - 1) .. ' ' .. fmt(np)) end
+  every = k == np
+  local first = tonumber(ARGV[8])
+  for i = 1, k do parts[i] = fmt((first + i - 1) % k) end
+  idbase = 8
+else
+  local bad = bad_partitions(8, 1, k); if bad then return bad end
+  for i = 1, k do parts[i] = ARGV[7 + i] end
+end
+local lp, lk = parts, k -- the partitions the share loop visits (see live)
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
 local out = {}
@@ -980,9 +1008,9 @@ local function take_fresh_run(i, j, quota)
   local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'NOACK', 'STREAMS'}
   local at = {}
   for x = i, j do
-    local sk = skey(parts[x])
+    local sk = skey(lp[x])
     cmd[#cmd + 1] = sk
-    at[sk] = parts[x]
+    at[sk] = lp[x]
   end
   for x = i, j do cmd[#cmd + 1] = '>' end
   local got, n = 0, {}
@@ -994,6 +1022,40 @@ local function take_fresh_run(i, j, quota)
   return got, n
 end
 
+-- Which partitions can have events not offered yet. A stream created by
+-- this version keeps an append counter (field ac of its meta hash) and the
+-- partitions each append wrote to (the sorted set ap, scored by the
+-- counter after the append); a group keeps aw, the counter as its last
+-- fetch from every partition found it, and ab, the partitions that fetch
+-- left with events not offered (it did not reach them, or took only some).
+-- Every partition with events past the group's cursor is then in ab or
+-- was appended to since aw (a script runs alone: no append comes between
+-- its reads), and a fetch reads the streams of no other partition, so a
+-- fetch from 1,024 partitions of which a few have new events reads those
+-- few. Without aw (a new group, one whose cursors a replay or a reset
+-- moved back, a stream of an earlier version) it reads them all.
+local AC = redis.call('HGET', KEYS[1], 'ac')
+local hinted = false
+if AC then
+  local aw = redis.call('GET', gb .. 'aw')
+  if aw then
+    hinted = true
+    local cand = {}
+    for _, p in ipairs(redis.call('ZRANGEBYSCORE', base .. 'ap', '(' .. aw, '+inf')) do cand[p] = true end
+    for _, p in ipairs(redis.call('SMEMBERS', gb .. 'ab')) do cand[p] = true end
+    -- The share loop visits only the partitions with something to take
+    -- (live), in the same order: the others would take nothing. Their
+    -- quota stays a share of all k.
+    lp = {}
+    for i = 1, k do
+      local p = parts[i]
+      if not cand[p] then newdone[p] = true end
+      if not newdone[p] or ready[p] ~= 0 then lp[#lp + 1] = p end
+    end
+    lk = #lp
+  end
+end
+
 -- Share the limit fairly: a first pass gives each partition its quota,
 -- later passes hand what is left to whoever still has work.
 local remaining = limit
@@ -1001,28 +1063,28 @@ local exhausted = {}
 local quota = math.ceil(limit / k)
 local pass = 0
 local function idle(x)
-  local p = parts[x]
+  local p = lp[x]
   if ready[p] == false then ready[p] = redis.call('ZCARD', gb .. 'a:' .. p) end
   return ready[p] == 0
 end
 while remaining > 0 do
   local progress = false
   local i = 1
-  while i <= k do
+  while i <= lk do
     if remaining <= 0 then break end
     -- In the first pass, a run of partitions with nothing to claim again,
     -- each of which can have its whole quota, reads in one call.
     local j = i - 1
     local fit = math.floor(remaining / quota)
-    if pass == 0 and i < k and fit >= 2 then
-      while j + 1 <= k and j + 1 - i < fit and idle(j + 1) do j = j + 1 end
+    if pass == 0 and i < lk and fit >= 2 then
+      while j + 1 <= lk and j + 1 - i < fit and idle(j + 1) and not newdone[lp[j + 1]] do j = j + 1 end
     end
     if j > i then
       local got, n = take_fresh_run(i, j, quota)
       remaining = remaining - got
       for x = i, j do
-        if (n[parts[x]] or 0) < quota then
-          exhausted[x], newdone[parts[x]] = true, true
+        if (n[lp[x]] or 0) < quota then
+          exhausted[x], newdone[lp[x]] = true, true
         else
           progress = true
         end
@@ -1032,7 +1094,7 @@ while remaining > 0 do
       if not exhausted[i] then
         local want = remaining
         if pass == 0 then want = math.min(quota, remaining) end
-        local got = take(parts[i], want)
+        local got = take(lp[i], want)
         remaining = remaining - got
         if got < want then exhausted[i] = true elseif got > 0 then progress = true end
       end
@@ -1041,6 +1103,33 @@ while remaining > 0 do
   end
   pass = pass + 1
   if not progress then break end
+end
+-- A partition is left with events not offered unless its last read
+-- returned less than it asked for (newdone). A fetch from every partition
+-- records which, and the counter; one from some of them can only take
+-- from ab those it emptied.
+if AC then
+  if every == nil then
+    local n, seen = 0, {}
+    for i = 1, k do
+      if not seen[parts[i]] then seen[parts[i]] = true; n = n + 1 end
+    end
+    every = n == tonumber(redis.call('HGET', KEYS[1], 'partitions'))
+  end
+  local left = {}
+  if every then
+    for i = 1, k do
+      if not newdone[parts[i]] then left[#left + 1] = parts[i] end
+    end
+    redis.call('DEL', gb .. 'ab')
+    if #left > 0 then bulk({'SADD', gb .. 'ab'}, left, 1000) end
+    redis.call('SET', gb .. 'aw', AC)
+  elseif hinted then
+    for i = 1, k do
+      if newdone[parts[i]] then left[#left + 1] = parts[i] end
+    end
+    if #left > 0 then bulk({'SREM', gb .. 'ab'}, left, 1000) end
+  end
 end
 flush_frontier()
 return out
@@ -1358,6 +1447,8 @@ for i = 1, nf do
   end
   redis.call('XGROUP', 'SETID', skey(p), group, fmt(newc) .. '-0')
 end
+-- (The cursors moved back: the next fetch reads every partition.)
+redis.call('DEL', gb .. 'aw')
 local ne = tonumber(ARGV[o])
 o = o + 1
 local cur = {}
@@ -1420,6 +1511,7 @@ for i = 0, n - 1 do
   redis.call('XGROUP', 'CREATE', skey(p), group, s .. '-0', 'MKSTREAM')
   redis.call('HSET', gb .. 'f', p, s)
 end
+redis.call('DEL', gb .. 'aw') -- (the next fetch reads every partition)
 wake()
 return reopened
 `)
