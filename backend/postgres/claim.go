@@ -59,8 +59,9 @@ const (
 // requested partitions that have events past the cursor (wk: the others
 // have nothing for the cursor to advance over, and a fetch from many
 // partitions of which few have new events locks, and then works through,
-// only those few; gpt locks them with SKIP LOCKED, so that a fetcher does
-// not queue behind another one that is materializing the same partitions;
+// only those few; gpt locks them with SKIP LOCKED, each by its key, so
+// that a fetcher does not queue behind another one that is materializing
+// the same partitions;
 // only when it locked none and has no other delivery to claim does gpw
 // wait for them, in the same statement, and then read each cursor as its
 // holder left it), dead-letters every expired lease at
@@ -72,12 +73,16 @@ const (
 // partition first gets up to its quota (Limit / partitions, rounded up),
 // then what is left goes to each partition in turn, as much as it has —
 // strict sequence order inside each. Events past the cursor are read a
-// quota per partition first (fresh1): when every partition then has its
-// quota, the shares are exactly the quotas and nothing more is read (the
-// usual case with a backlog: Limit events read, not Limit per partition);
-// otherwise up to Limit per partition are read, as the shares may need,
-// from the partitions that had their quota (more): one that had less has
-// no more past the cursor, and fresh1 already holds all of it.
+// quota per partition first (fresh1): when the partitions' first shares
+// (each one's candidates up to its quota) then add up to Limit (enough),
+// the shares are those and nothing more is read (the usual case with a
+// backlog: Limit events read, not Limit per partition); otherwise up to
+// Limit per partition are read, as the shares may need, from the
+// partitions that had their quota (more): one that had less has no more
+// past the cursor, and fresh1 already holds all of it.
+//
+// $3 is the list of requested partitions, or NULL for every partition of
+// the stream (see every): the statements then test no row against a list.
 // Offered deliveries always precede events past the cursor in sequence
 // order, so the first rows of a partition are the same either way. Then it
 // leases the kept rows, leases the fresh ones of each partition as one
