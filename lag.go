@@ -35,9 +35,11 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 	if err := checkStreamGroup(stream, group); err != nil {
 		return Lag{}, err
 	}
-	var parts []int
+	var parts []int // (with none given: nil, every partition the store has)
 	_, err := c.checkPartitions(ctx, stream, func(n int) (err error) {
-		parts, err = scope(stream, partitions, n)
+		if len(partitions) > 0 {
+			parts, err = scope(stream, partitions, n)
+		}
 		return err
 	})
 	if err != nil {
@@ -48,17 +50,19 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 		return Lag{}, err
 	}
 	for _, p := range parts {
-		if len(partitions) > 0 && p >= len(all) {
+		if p >= len(all) {
 			// The cached count was out of date: another process made
 			// the stream again with fewer partitions.
 			c.streams.Delete(stream)
 			return Lag{}, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, len(all))
 		}
 	}
-	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(parts))}
+	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(all))}
 	for _, pl := range all {
-		if _, ok := slices.BinarySearch(parts, pl.Partition); !ok && len(partitions) > 0 {
-			continue // (with none given: every partition the store has)
+		if parts != nil {
+			if _, ok := slices.BinarySearch(parts, pl.Partition); !ok {
+				continue
+			}
 		}
 		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
 		lag.Total += pl.Lag
