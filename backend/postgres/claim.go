@@ -368,11 +368,9 @@ const (
 	// leaseSQL). freshFetchSQL's rows were locked by the statement before
 	// it, so its snapshot holds their last versions: it updates them by
 	// tuple ID, reading no other cursor. fetchSQL locks them itself, after
-	// its snapshot was taken, and the tuple ID it has of a row another
-	// fetcher updated in between is not the one it locked (an update by
-	// it finds the newer version, which its tuple ID does not name, and
-	// leaves the cursor behind: events then went out twice in the
-	// conformance suite's competing fetchers). It joins by key.
+	// its snapshot was taken; updated by tuple ID there, cursors were left
+	// behind while fetchers competed (events went out twice in the
+	// conformance suite's competing fetchers), so it joins by key.
 	advByKey = `g.grp_id = $1 AND g.part = m.part`
 	advByTID = `g.ctid = ANY(ARRAY(SELECT tid FROM top)) AND g.ctid = m.tid`
 	wkLocked = `SELECT c.part FROM unnest(string_to_array(current_setting('rheo.cursors', true), ',')::int[]) AS c(part)
