@@ -368,9 +368,13 @@ const (
 	// leaseSQL). freshFetchSQL's rows were locked by the statement before
 	// it, so its snapshot holds their last versions: it updates them by
 	// tuple ID, reading no other cursor. fetchSQL locks them itself, after
-	// its snapshot was taken; updated by tuple ID there, cursors were left
-	// behind while fetchers competed (events went out twice in the
-	// conformance suite's competing fetchers), so it joins by key.
+	// its snapshot was taken: a row another fetcher updated in between is
+	// locked in its newer version (EvalPlanQual), which that snapshot does
+	// not see, so an update by its tuple ID in the same statement finds
+	// nothing and the cursor stays behind (events went out twice in the
+	// conformance suite's competing fetchers). It joins by key. (The
+	// delivery rows it updates by tuple ID are safe from this: their
+	// leases come from upd's RETURNING, so such a row is not claimed.)
 	advByKey = `g.grp_id = $1 AND g.part = m.part`
 	advByTID = `g.ctid = ANY(ARRAY(SELECT tid FROM top)) AND g.ctid = m.tid`
 	wkLocked = `SELECT c.part FROM unnest(string_to_array(current_setting('rheo.cursors', true), ',')::int[]) AS c(part)
