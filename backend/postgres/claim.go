@@ -82,7 +82,8 @@ const (
 // past the cursor, and fresh1 already holds all of it.
 //
 // $3 is the list of requested partitions, or NULL for every partition of
-// the stream (see every): the statements then test no row against a list.
+// the stream (see sqlstore.CoversAll): the statements then test no row
+// against a list ({REQUESTED:col}, see requested).
 // Offered deliveries always precede events past the cursor in sequence
 // order, so the first rows of a partition are the same either way. Then it
 // leases the kept rows, leases the fresh ones of each partition as one
@@ -110,7 +111,7 @@ const (
 const fetchSQL = `
 WITH RECURSIVE ` + probesSQL + `,
 ` + cursorsSQL + `,
-tq AS (SELECT part FROM tp WHERE ($3::int[] IS NULL OR part IN (SELECT unnest($3::int[])))),
+tq AS (SELECT part FROM tp WHERE {REQUESTED:part}),
 psel AS (
 	SELECT d.tid FROM tq p CROSS JOIN LATERAL (
 		SELECT x.ctid AS tid FROM {S}rheo_deliveries x
@@ -125,7 +126,7 @@ poison AS (
 	RETURNING d.seq
 ),
 oldr AS (
-	SELECT d.* FROM (SELECT part FROM rp WHERE ($3::int[] IS NULL OR part IN (SELECT unnest($3::int[])))) p CROSS JOIN LATERAL (
+	SELECT d.* FROM (SELECT part FROM rp WHERE {REQUESTED:part}) p CROSS JOIN LATERAL (
 		SELECT x.part, x.seq, x.attempt, x.event_id, x.ctid AS tid FROM {S}rheo_deliveries x
 		WHERE x.grp_id = $1 AND x.part = p.part AND x.status = 0 AND x.{READY} AND x.due_at <= $5 - {OFFSET}
 		ORDER BY x.seq LIMIT $4
@@ -363,7 +364,7 @@ FROM (SELECT part FROM gpt UNION ALL SELECT part FROM gpw) c`
 const (
 	wkFind = `SELECT g.part FROM {S}rheo_group_parts g
 	JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
-	WHERE g.grp_id = $1 AND ($3::int[] IS NULL OR g.part IN (SELECT unnest($3::int[]))) AND p.hwm > g.offered`
+	WHERE g.grp_id = $1 AND {REQUESTED:g.part} AND p.hwm > g.offered`
 	// How the claim finds the cursor rows it advances ({ADV} of
 	// leaseSQL). freshFetchSQL's rows were locked by the statement before
 	// it, so its snapshot holds their last versions: it updates them by
@@ -392,12 +393,12 @@ due AS (
 		SELECT 1 FROM tp CROSS JOIN LATERAL (
 			SELECT 1 FROM {S}rheo_deliveries x
 			WHERE x.grp_id = $1 AND x.part = tp.part AND x.due_at <= {NOW} AND x.{TIMED} LIMIT 1
-		) d WHERE ($3::int[] IS NULL OR tp.part IN (SELECT unnest($3::int[])))
+		) d WHERE {REQUESTED:tp.part}
 	) OR EXISTS (
 		SELECT 1 FROM rp CROSS JOIN LATERAL (
 			SELECT 1 FROM {S}rheo_deliveries x
 			WHERE x.grp_id = $1 AND x.part = rp.part AND x.status = 0 AND x.{READY} AND x.due_at <= {NOW} - {OFFSET} LIMIT 1
-		) d WHERE ($3::int[] IS NULL OR rp.part IN (SELECT unnest($3::int[])))
+		) d WHERE {REQUESTED:rp.part}
 	) AS found
 ),
 old AS (
@@ -429,7 +430,7 @@ WITH x AS (
 const explodeFetchSQL = `
 WITH k AS (
 	SELECT s.ctid AS tid FROM {S}rheo_spans s
-	WHERE s.grp_id = $1 AND ($3::int[] IS NULL OR s.part IN (SELECT unnest($3::int[]))) AND (s.expires_at <= $4 OR s.pending = 0)
+	WHERE s.grp_id = $1 AND {REQUESTED:s.part} AND (s.expires_at <= $4 OR s.pending = 0)
 	FOR UPDATE SKIP LOCKED
 ),
 x AS (
@@ -517,25 +518,6 @@ func (b *Backend) fetchGroup(ctx context.Context, r rheo.FetchRequest, gOut *gro
 	}
 }
 
-// every reports whether parts names each of the n partitions. A claim
-// from all of them passes NULL instead of the list: the statements then
-// test no partition against it, which with a list of 1,024 cost each of
-// them a scan of the list per cursor row.
-func every(parts []int32, n int) bool {
-	if len(parts) < n {
-		return false
-	}
-	seen := make([]bool, n)
-	k := 0
-	for _, p := range parts {
-		if !seen[p] {
-			seen[p] = true
-			k++
-		}
-	}
-	return k == n
-}
-
 // quota is a partition's first share of a fetch of limit from k
 // partitions ($10 of fetchSQL): limit / k, rounded up.
 func quota(limit, k int) int { return (limit + max(k, 1) - 1) / max(k, 1) }
@@ -586,7 +568,7 @@ func (b *Backend) fetch(ctx context.Context, r rheo.FetchRequest, g groupRef, pa
 	// probes per partition) leaves the planner little to choose, and
 	// planning it afresh for every call cost as much as running it.
 	req := parts
-	if every(parts, g.parts) {
+	if sqlstore.CoversAll(r.Partitions, g.parts) {
 		req = nil // $3: NULL, every partition
 	}
 	batch := &pgx.Batch{}
@@ -711,6 +693,15 @@ SELECT $1, $2, $3, $6, 1, attempt, $4, consumer_id, leased_at, $5, $5 FROM s`
 // memberIDs replaces each {MEMBER:token:seq} of q with sqlstore.SpanLeaseID
 // of those two columns, in SQL: the token with its last 48 bits XORed
 // with the sequence's.
+// requested expands {REQUESTED:col}: whether col is a partition the claim
+// asked for ($3: the list, or NULL for every partition; a list is hashed
+// once, not scanned per row as = ANY($3) would be).
+func requested(q string) string {
+	return requestedRE.ReplaceAllString(q, "($$3::int[] IS NULL OR ${1} IN (SELECT unnest($$3::int[])))")
+}
+
+var requestedRE = regexp.MustCompile(`\{REQUESTED:([\w.]+)\}`)
+
 var memberRE = regexp.MustCompile(`\{MEMBER:([\w.]+):([\w.]+)\}`)
 
 func memberIDs(q string) string {

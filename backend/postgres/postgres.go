@@ -290,7 +290,7 @@ func (b *Backend) Close() error {
 }
 
 // sqlf replaces every {S} in a statement with the quoted schema and a dot.
-func (b *Backend) sqlf(s string) string { return strings.ReplaceAll(s, "{S}", b.q) }
+func (b *Backend) sqlf(s string) string { return requested(strings.ReplaceAll(s, "{S}", b.q)) }
 
 var _ rheo.Backend = (*Backend)(nil)
 var _ rheo.Notifier = (*Backend)(nil)

@@ -728,7 +728,7 @@ local exp = ARGV[5]
 local limit = tonumber(ARGV[6])
 local k = tonumber(ARGV[7])
 local parts = {}
-local idbase = 7 + k
+local idbase -- ARGV[idbase + i] is the i-th fresh lease ID
 local every = nil -- whether the fetch is from every partition (nil: not known yet)
 if k < 0 then
   k = -k
@@ -741,6 +741,7 @@ if k < 0 then
 else
   local bad = bad_partitions(8, 1, k); if bad then return bad end
   for i = 1, k do parts[i] = ARGV[7 + i] end
+  idbase = 7 + k
 end
 local lp, lk = parts, k -- the partitions the share loop visits (see live)
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]

@@ -81,7 +81,7 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 		// statements then name none (a list of them all costs more than
 		// it saves; see MaxPlannedParams).
 		listed := r.Partitions
-		if coversAll(r.Partitions, ref.parts) {
+		if CoversAll(r.Partitions, ref.parts) {
 			listed = nil
 		}
 		if listed != nil {
@@ -230,9 +230,10 @@ func (s *Store) rotate(group int64, k int) int {
 	return n % k
 }
 
-// coversAll reports whether parts (valid partitions) are every one of a
-// stream's n partitions, each once.
-func coversAll(parts []int, n int) bool {
+// CoversAll reports whether parts (valid partitions) are every one of a
+// stream's n partitions, each once. A fetch from all of them names none in
+// its statements (PostgreSQL's passes NULL for the list).
+func CoversAll(parts []int, n int) bool {
 	if len(parts) != n {
 		return false
 	}
