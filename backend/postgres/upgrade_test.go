@@ -63,7 +63,7 @@ func TestUpgradeKeepsDueTimes(t *testing.T) {
 	require.NoError(t, b2.Migrate(ctx))
 	var v int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT max(version) FROM "+s+".rheo_schema").Scan(&v))
-	require.Equal(t, 7, v)
+	require.Equal(t, 8, v)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".rheo_deliveries WHERE due_at = -9223372036854775808").Scan(&n))
 	require.Zero(t, n)

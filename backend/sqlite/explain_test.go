@@ -113,7 +113,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"renew":         {"UPDATE rheo_deliveries SET expires_at = ? WHERE grp_id = ? AND part = ? AND seq = ? AND status = 1 AND lease_id = ?", now, 1, 0, 3, "x"},
 		"lag":           {sqlstore.LagSQL, 1, 1, 1, 1, 1, 1, 1, 1},
 		"append ids":    {"SELECT id FROM rheo_events WHERE stream_id = ? AND id IN (?, ?)", 1, "a", "b"},
-		"append hwm":    {"UPDATE rheo_partitions SET hwm = hwm + ? WHERE stream_id = ? AND part = ? RETURNING hwm", 1, 1, 0},
+		"append hwm":    {sqlstore.AdvanceHeadsSQL, 1, `{"0":2,"1":1}`, "s"},
 		"read":          {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? ORDER BY seq LIMIT ?", 1, 0, 5, 10},
 		"dead letters":  {"SELECT d.seq FROM rheo_deliveries d JOIN rheo_events e ON e.stream_id = ? AND e.part = d.part AND e.seq = d.seq WHERE d.grp_id = ? AND d.status = 2 AND (d.part > ? OR (d.part = ? AND d.seq > ?)) ORDER BY d.part, d.seq LIMIT ?", 1, 1, 0, 0, 0, 10},
 		"group stats":   {"SELECT status, COUNT(*) FROM rheo_deliveries WHERE grp_id = ? GROUP BY status", 1},
@@ -172,6 +172,19 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	moves := plan(t, db, sqlstore.AdvanceCursorsSQL, `{"0":12,"1":21}`, 1)
 	t.Logf("fetch cursor move, runs:\n%s", moves)
 	require.Equal(t, "SCAN json_each VIRTUAL TABLE INDEX 1:", moves)
+
+	// An append reserves its sequences partition row by partition row
+	// from its JSON (the upsert finds each by its key), and a fetch from
+	// every partition of a stream whose group recorded a seen count reads
+	// the stream's partitions in key order and each cursor by its key.
+	heads := plan(t, db, sqlstore.AdvanceHeadsSQL, 1, `{"0":2,"1":1}`, "s")
+	t.Logf("append hwm:\n%s", heads)
+	require.True(t, strings.HasPrefix(heads, "SCAN json_each VIRTUAL TABLE INDEX 1:\n"), heads)
+	require.NotContains(t, heads, "rheo_partitions", "no walk of the stream's partitions")
+	stamped := plan(t, db, sqlstore.StampedCursorsSQL, 1, 1, 5)
+	t.Logf("fetch cursors, stamped:\n%s", stamped)
+	require.Equal(t, "SEARCH p USING INDEX sqlite_autoindex_rheo_partitions_1 (stream_id=?)\n"+
+		"SEARCH g USING INDEX sqlite_autoindex_rheo_group_parts_1 (grp_id=? AND part=?)", stamped)
 
 	// The query filters with an index: type, key, time window, partition.
 	d := b.Dialect()

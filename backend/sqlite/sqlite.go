@@ -211,7 +211,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	r.SetMaxIdleConns(o.readers + 1)
 	b := &Backend{path: path, opts: o, w: w, r: r}
 	b.hub.OnFirst, b.hub.OnLast = b.startPoller, b.stopPoller
-	b.Store = sqlstore.New(sqlstore.Config{Dialect: dialect{}, Write: w, SingleWriter: true, Read: r, PrepareReads: true,
+	b.Store = sqlstore.New(sqlstore.Config{Dialect: dialect{}, Write: w, SingleWriter: true, Stamps: true, Read: r, PrepareReads: true,
 		Changed: b.hub.Signal, Committed: b.committed})
 	if err := b.startCheckpointer(pragmas()); err != nil {
 		b.Close()

@@ -35,7 +35,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	require.NoError(t, b.Migrate(ctx))
 	v, err := b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 7, v)
+	require.Equal(t, 8, v)
 
 	c := rheo.New(b)
 	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{}))
@@ -50,7 +50,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	defer b.Close()
 	v, err = b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 7, v)
+	require.Equal(t, 8, v)
 	evs, err := b.Read(ctx, "s", 0, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)

@@ -71,7 +71,7 @@ func TestUpgradeKeepsDueTimes(t *testing.T) {
 	defer b.Close()
 	v, err := b.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 7, v)
+	require.Equal(t, 8, v)
 	c = rheo.New(b, rheo.WithClock(clk))
 	seqs := func() []int64 {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})

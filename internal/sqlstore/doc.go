@@ -10,14 +10,21 @@
 //     interned to integer ids so rows and indexes carry integers. changes
 //     grows in every transaction that may make work claimable (appends,
 //     nacks, replays, redrives, resets), a cheap cross-process signal.
-//   - rheo_partitions(stream_id, part, hwm): the sequence allocator per
-//     partition, which is also its high watermark. Append reserves a block
-//     with UPDATE … RETURNING, in ascending partition order.
+//   - rheo_partitions(stream_id, part, hwm, stamp): the sequence allocator
+//     per partition, which is also its high watermark. Append reserves a
+//     block with UPDATE … RETURNING (PostgreSQL, in ascending partition
+//     order) or one upsert for all its partitions (SQLite,
+//     AdvanceHeadsSQL), which also sets stamp: the stream's change count
+//     after the append (schema version 8; PostgreSQL leaves it 0).
 //   - rheo_events(stream_id, part, seq, id, etype, ekey, ts, payload,
 //     metadata): primary key (stream_id, part, seq), unique (stream_id, id)
 //     for idempotent appends, indexes on (stream_id, ts), (stream_id, etype)
 //     and (stream_id, ekey) for the common query filters.
-//   - rheo_groups(id, stream_id, name, max_attempts, created_at).
+//   - rheo_groups(id, stream_id, name, max_attempts, created_at, seen):
+//     seen (schema version 8, SQLite) is the stream's change count when
+//     the group's last fetch from every partition left no new event
+//     behind, so that the next one reads only the partitions stamped
+//     after it; 0 when not known (see fetchCursors).
 //   - rheo_group_parts(grp_id, part, offered): the materialization cursor.
 //   - rheo_deliveries(grp_id, part, seq, event_id, status, attempt, lease_id,
 //     consumer_id, leased_at, expires_at, due_at, reason, dead_at): only

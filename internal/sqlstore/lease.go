@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -69,14 +70,10 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 		}
 
 		// The cursors of the partitions with events past them, with their
-		// high watermarks (locked, in partition order; a dialect with row
-		// locks locks the counters too). The others have no events to
-		// materialize: a fetch from many partitions of which few have new
-		// events reads those few.
+		// high watermarks. The others have no events to materialize: a
+		// fetch from many partitions of which few have new events reads
+		// those few.
 		offered, hwm := make([]int64, k), make([]int64, k)
-		var b Builder
-		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
-			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
 		// The partitions asked for, nil when they are all the stream's:
 		// statements then name none (a list of them all costs more than
 		// it saves; see MaxPlannedParams).
@@ -84,26 +81,10 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 		if CoversAll(r.Partitions, ref.parts) {
 			listed = nil
 		}
-		if listed != nil {
-			b.S(" AND g.part IN (")
-			List(&b, listed).S(")")
-		}
-		b.S(" ORDER BY g.part" + s.d.LockRows())
-		rows, err := t.query(ctx, b.SQL(), b.Args()...)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var p int
-			var o, h int64
-			if err := rows.Scan(&p, &o, &h); err != nil {
-				rows.Close()
-				return err
-			}
+		st, err := s.fetchCursors(ctx, t, ref, g, listed, func(p int, o, h int64) {
 			offered[idx[p]], hwm[idx[p]] = o, h
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 
@@ -124,7 +105,7 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 
 		// R6: expired leases at the limit become dead letters, not claims.
 		if len(timed) > 0 {
-			b = Builder{}
+			var b Builder
 			b.S("UPDATE rheo_deliveries SET status = 2, reason = ").Arg(poisonReason).S(", dead_at = ").Arg(now).
 				S(", due_at = NULL, lease_id = NULL, consumer_id = NULL WHERE grp_id = ").Arg(g.id)
 			// (due_at + 0: through the index of leases by attempt, which
@@ -189,6 +170,23 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 				return err
 			}
 		}
+		if st.use {
+			// Whether this fetch leaves a new event behind: if not, the
+			// next one reads only the partitions appended to after now.
+			drained := true
+			for i := range k {
+				old := min(int64(len(existing[i])), take[i])
+				if offered[i]+take[i]-old < hwm[i] {
+					drained = false
+					break
+				}
+			}
+			if drained && st.seen != st.changes {
+				if _, err := t.exec(ctx, "UPDATE rheo_groups SET seen = ? WHERE id = ?", st.changes, g.id); err != nil {
+					return err
+				}
+			}
+		}
 		if len(runs) == 0 {
 			return nil
 		}
@@ -219,6 +217,83 @@ func (s *Store) fetch(ctx context.Context, r rheo.FetchRequest, refOut *streamRe
 	}
 	return leases, nil
 }
+
+// stamped is what fetchCursors read of a stream's change count and a
+// group's seen count (see fetchCursors), when use is set.
+type stamped struct {
+	use           bool
+	changes, seen int64
+}
+
+// fetchCursors calls fn with the cursor and high watermark of each
+// partition of listed (nil: every partition of the stream) that has events
+// past the group's cursor, in partition order.
+//
+// A fetch from every partition of a stream with more than fewRuns of them
+// reads only the partitions stamped after the change count that the
+// group's last fetch to leave no new event behind recorded (rheo_groups.seen,
+// which AdvanceHeadsSQL's stamps outrun): every other partition had no
+// event past the cursor then, and has none now. seen is 0 when not known
+// (a group or stream from before schema version 8, a replay or a reset
+// since): then, and for fetches from some partitions, every cursor is
+// read. It returns what it read of the counts, for the fetch to record
+// (see fetch).
+func (s *Store) fetchCursors(ctx context.Context, t *writeTx, ref streamRef, g groupRef, listed []int, fn func(p int, offered, hwm int64)) (stamped, error) {
+	var st stamped
+	var b Builder
+	if listed == nil && ref.parts > int(fewRuns.Load()) {
+		err := t.queryRow(ctx, "SELECT s.changes, g.seen FROM rheo_streams s CROSS JOIN rheo_groups g WHERE s.id = ? AND g.id = ?",
+			ref.id, g.id).Scan(&st.changes, &st.seen)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return st, err
+		}
+		// (No row: the stream or group is gone; the cursors read none.)
+		st.use = err == nil
+	}
+	q, args := StampedCursorsSQL, []any{ref.id, g.id, st.seen}
+	if st.use && st.seen > 0 {
+		stampReads.Add(1)
+	} else {
+		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
+			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
+		if listed != nil {
+			b.S(" AND g.part IN (")
+			List(&b, listed).S(")")
+		}
+		b.S(" ORDER BY g.part" + s.d.LockRows())
+		q, args = b.SQL(), b.Args()
+	}
+	rows, err := t.query(ctx, q, args...)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p int
+		var o, h int64
+		if err := rows.Scan(&p, &o, &h); err != nil {
+			return st, err
+		}
+		fn(p, o, h)
+	}
+	return st, rows.Err()
+}
+
+// StampedCursorsSQL is fetchCursors' statement for the partitions stamped
+// since the group's seen count (arguments: the stream's id, the group's id,
+// the count). It reads the stream's partitions in order, not the group's
+// cursors first: the stamps sort out most of them, and a cursor is read by
+// its key for the few left.
+const StampedCursorsSQL = "SELECT p.part, g.offered, p.hwm FROM rheo_partitions p CROSS JOIN rheo_group_parts g " +
+	"ON g.grp_id = ?2 AND g.part = p.part WHERE p.stream_id = ?1 AND p.stamp > ?3 AND p.hwm > g.offered ORDER BY p.part"
+
+// stampReads counts the fetches that read only the partitions stamped
+// since their group's seen count (see fetchCursors), for tests.
+var stampReads atomic.Int64
+
+// StampReads returns how many fetches read only the partitions stamped
+// since their group's seen count, in this process.
+func StampReads() int64 { return stampReads.Load() }
 
 // rotate returns the index of the partition a group's next fetch serves
 // first. It lives in this process only: fairness does not need agreement.

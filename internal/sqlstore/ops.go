@@ -44,6 +44,18 @@ func readyDue(now int64) int64 {
 const reopenSet = "status = 0, attempt = 0, lease_id = NULL, consumer_id = NULL, leased_at = NULL, expires_at = NULL, " +
 	"reason = NULL, dead_at = NULL, due_at = "
 
+// unsee forgets the change count the group's last fetch recorded (see
+// fetchCursors), before a replay or reset moves its cursors back: its next
+// fetch from every partition reads every cursor. (Only on a store whose
+// fetch is this package's: Config.Stamps.)
+func (s *Store) unsee(ctx context.Context, t *writeTx, g groupRef) error {
+	if !s.stamps {
+		return nil
+	}
+	_, err := t.exec(ctx, "UPDATE rheo_groups SET seen = 0 WHERE id = ?", g.id)
+	return err
+}
+
 // Replay implements rheo.Backend. FromSequence deletes the partition's
 // deliveries above the sequence (their leases become stale and the events
 // are offered again, fresh) and rewinds the cursor; Events upserts each
@@ -55,6 +67,9 @@ func (s *Store) Replay(ctx context.Context, r rheo.ReplayRequest) (int, error) {
 		n = 0
 		ref, g, err := s.group(ctx, t.execer, r.Stream, r.Group)
 		if err != nil {
+			return err
+		}
+		if err := s.unsee(ctx, t, g); err != nil {
 			return err
 		}
 		for _, p := range sortedKeys(r.FromSequence) {
@@ -173,6 +188,9 @@ func (s *Store) ResetGroup(ctx context.Context, stream, group string, start map[
 		n = 0
 		ref, g, err := s.group(ctx, t.execer, stream, group)
 		if err != nil {
+			return err
+		}
+		if err := s.unsee(ctx, t, g); err != nil {
 			return err
 		}
 		for _, p := range sortedKeys(start) {

@@ -55,6 +55,12 @@ type Config struct {
 	// work claimable on the given streams, just before COMMIT (PostgreSQL
 	// sends its NOTIFY here, so the signal commits with the change).
 	InTx func(ctx context.Context, x Execer, streams []string) error
+	// Stamps is set by a backend whose appends and fetches are this
+	// package's (SQLite): they keep the partitions' stamps and the
+	// groups' seen counts of schema version 8 (see fetchCursors), which
+	// Replay and ResetGroup then clear. A backend with its own fetch
+	// leaves them unread, and Replay and ResetGroup leave them alone.
+	Stamps bool
 	// Changed, when set, is called after such a transaction committed
 	// (in-process wakeups).
 	Changed func(stream string)
@@ -80,6 +86,7 @@ type Store struct {
 	d       Dialect
 	w, r    *sql.DB
 	single  bool
+	stamps  bool
 	inTx    func(ctx context.Context, x Execer, streams []string) error
 	changed func(stream string)
 	commit  func()
@@ -128,7 +135,7 @@ func New(cfg Config) *Store {
 		r = cfg.Write
 	}
 	return &Store{
-		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, inTx: cfg.InTx, changed: cfg.Changed, commit: cfg.Committed,
+		d: cfg.Dialect, w: cfg.Write, r: r, single: cfg.SingleWriter, stamps: cfg.Stamps, inTx: cfg.InTx, changed: cfg.Changed, commit: cfg.Committed,
 		retry: cfg.Retryable, prepReads: cfg.PrepareReads, stale: cfg.StaleStatement,
 		wstmts:  map[string]*sql.Stmt{},
 		rstmts:  map[string]*sql.Stmt{},

@@ -223,23 +223,38 @@ func (s *Store) appendTx(ctx context.Context, stream string, events []rheo.Event
 		if len(fresh) == 0 {
 			return nil
 		}
-		// Reserve sequences partition by partition in ascending order (a
-		// fixed lock order for databases with row locks).
+		// Reserve sequences in every partition at once, and stamp the
+		// partitions with the stream's change count after this append
+		// (see AdvanceHeadsSQL). SQLite's single writer needs no lock
+		// order.
 		next := make(map[int]int64, len(counts))
+		var heads jsonBuf
 		for _, p := range sortedKeys(counts) {
+			heads = heads.key(p).int(counts[p])
+		}
+		rows, err := t.query(ctx, AdvanceHeadsSQL, ref.id, heads.end('}'), stream)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var p int
 			var hwm int64
-			n := counts[p]
-			if err := t.queryRow(ctx, "UPDATE rheo_partitions SET hwm = hwm + ? WHERE stream_id = ? AND part = ? RETURNING hwm",
-				n, ref.id, p).Scan(&hwm); errors.Is(err, sql.ErrNoRows) {
-				// The cached id is of a stream another process deleted
-				// (its counters went with it): the append runs again with
-				// the name resolved afresh.
-				s.forget(ref, stream, "")
-				return errMoved
-			} else if err != nil {
+			if err := rows.Scan(&p, &hwm); err != nil {
+				rows.Close()
 				return err
 			}
-			next[p] = hwm - n + 1
+			next[p] = hwm - counts[p] + 1
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(next) != len(counts) {
+			// The cached id is of a stream another process deleted (its
+			// counters went with it): the append runs again with the
+			// name resolved afresh.
+			s.forget(ref, stream, "")
+			return errMoved
 		}
 		for _, i := range fresh {
 			out[i].Sequence = next[out[i].Partition]
@@ -289,6 +304,24 @@ func (s *Store) appendTx(ctx context.Context, stream string, events []rheo.Event
 	}
 	return out, nil
 }
+
+// AdvanceHeadsSQL reserves the sequences of an append (arguments: the
+// stream's id, a JSON object of partition to count of events, and the
+// stream's name) and returns each partition's new high watermark. It stamps
+// each partition with the stream's change count after the append (the
+// append wakes the stream, which adds one to it before the commit), so that
+// a fetch that recorded the count it saw (rheo_groups.seen) reads only the
+// partitions stamped after it (see fetchCursors). It is an upsert driven by
+// the JSON, so that each partition's row is found by its key (an UPDATE …
+// FROM was planned as a walk of the stream's partitions, reading the JSON
+// for each); it inserts nothing, since every partition of a stream has its
+// row, and the stream must still be the one of that id, name and number of
+// partitions: when it is not (another process deleted it), fewer rows
+// come back than partitions were named.
+const AdvanceHeadsSQL = "INSERT INTO rheo_partitions (stream_id, part, hwm, stamp) " +
+	"SELECT ?1, CAST(key AS INTEGER), value, (SELECT changes + 1 FROM rheo_streams WHERE id = ?1) FROM json_each(?2) " +
+	"WHERE EXISTS (SELECT 1 FROM rheo_streams WHERE id = ?1 AND name = ?3 AND partitions > CAST(key AS INTEGER)) " +
+	"ON CONFLICT (stream_id, part) DO UPDATE SET hwm = hwm + excluded.hwm, stamp = excluded.stamp RETURNING part, hwm"
 
 // eventsByID returns the stored events of the stream among events' IDs.
 func (s *Store) eventsByID(ctx context.Context, x execer, stream string, ref streamRef, events []rheo.Event) (map[string]rheo.Event, error) {
