@@ -510,6 +510,7 @@ local function set_due(p, ss, at, leased)
     end
   end
   redis.call('ZADD', gb .. 'd:' .. p, at, ss)
+  redis.call('SADD', gb .. 'dk', p)
   keep_exact(p, at, {ss})
 end
 -- reopen makes an offered delivery available now with attempts reset,
@@ -686,7 +687,10 @@ if redis.call('HSETNX', base .. 'groups', group, ARGV[4]) == 0 then
   return redis.error_reply('RHEO_EXISTS')
 end
 local n = tonumber(ARGV[5])
-redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm')
+redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm', gb .. 'dk')
+-- The group lists in dk the partitions that may have a due set (see the
+-- fetch); groups created by earlier versions have no such field.
+redis.call('HSET', gb .. 'm', 'dk', '1')
 for p = 0, n - 1 do
   local s = ARGV[6 + p]
   redis.call('UNLINK', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
@@ -730,6 +734,7 @@ local k = tonumber(ARGV[7])
 local parts = {}
 local idbase -- ARGV[idbase + i] is the i-th fresh lease ID
 local every = nil -- whether the fetch is from every partition (nil: not known yet)
+local ranged = k < 0 -- (parts are 0 to k-1)
 if k < 0 then
   k = -k
   local np = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
@@ -757,7 +762,7 @@ local setm = {}
 -- so where a lease's expiry is at or below the bound (a clock behind one
 -- that fetched earlier) its partition's watermark is lowered below it
 -- first: see due_lease.
-local MX = redis.call('HGET', gb .. 'm', '*')
+local MX, DK = unpack(redis.call('HMGET', gb .. 'm', '*', 'dk'))
 local function due_lease(p)
   if not MX or tcmp(exp, MX) <= 0 then -- (no bound yet: look)
     local m = getM(p)
@@ -839,26 +844,43 @@ local function prepare(p, m)
     M[p] = nowS
   end
 end
--- prepare_run prepares parts[i..j], then asks in one EXISTS whether any of
--- them has a ready set (usually none does).
-local function prepare_run(i, j)
-  local fs, ks = {}, {}
-  for x = i, j do
-    fs[#fs + 1] = parts[x]
-    ks[#ks + 1] = gb .. 'a:' .. parts[x]
-  end
-  local ms = redis.call('HMGET', gb .. 'm', unpack(fs))
-  for x = i, j do prepare(parts[x], ms[x - i + 1]) end
+-- prepare_list prepares the partitions ps, then asks in one EXISTS whether
+-- any of them has a ready set (usually none does).
+local function prepare_list(ps)
+  local ks = {}
+  for x = 1, #ps do ks[x] = gb .. 'a:' .. ps[x] end
+  local ms = redis.call('HMGET', gb .. 'm', unpack(ps))
+  for x = 1, #ps do prepare(ps[x], ms[x]) end
   local any = redis.call('EXISTS', unpack(ks)) > 0
-  for x = i, j do
-    if any then ready[parts[x]] = false else ready[parts[x]] = 0 end
+  for x = 1, #ps do
+    if any then ready[ps[x]] = false else ready[ps[x]] = 0 end
   end
 end
--- A partition without a due set has nothing to claim again: a fetch from
--- many partitions asks which of a run of 32 have one in one EXISTS, and
--- prepares only the runs where some do.
+local function prepare_run(i, j) prepare_list({unpack(parts, i, j)}) end
+-- A partition without a due set has nothing to claim again. A group
+-- created by this version (field dk of m) lists in dk every partition
+-- that may have one (each writer of a due set adds its partition; a fetch
+-- drops those whose set is gone): a fetch from many partitions prepares
+-- those of dk it serves. For other groups it asks which of a run of 32
+-- have one in one EXISTS, and prepares only the runs where some do.
 if k <= 8 then
   prepare_run(1, k)
+elseif DK then
+  local asked = nil -- the partitions served, when not 0 to k-1
+  if not ranged then
+    asked = {}
+    for x = 1, k do asked[parts[x]] = true end
+  end
+  for x = 1, k do ready[parts[x]] = 0 end
+  local has, gone = {}, {}
+  for _, p in ipairs(redis.call('SMEMBERS', gb .. 'dk')) do
+    local n = tonumber(p)
+    if (asked and asked[p]) or (not asked and n < k) then
+      if redis.call('EXISTS', gb .. 'd:' .. p) == 1 then has[#has + 1] = p else gone[#gone + 1] = p end
+    end
+  end
+  if #gone > 0 then bulk({'SREM', gb .. 'dk'}, gone, 1000) end
+  if #has > 0 then prepare_list(has) end
 else
   for i = 1, k, 32 do
     local j = math.min(i + 31, k)
@@ -915,6 +937,7 @@ local function lease_fresh(p, ents)
   end
   bulk({'HSET', gb .. 'l:' .. p}, hset, 1000)
   bulk({'ZADD', gb .. 'd:' .. p, 'inf', DUE_PIN}, zadd, 1000)
+  redis.call('SADD', gb .. 'dk', p)
   if not small(exp) then keep_exact(p, exp, flat_seqs(hset)) end
   out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
   nout = nout + 3
@@ -968,6 +991,7 @@ local function take(p, want)
       due_lease(p)
       bulk({'HSET', lkey}, hset, 1000)
       bulk({'ZADD', dkey, 'inf', DUE_PIN}, zadd, 1000)
+      redis.call('SADD', gb .. 'dk', p)
       if not small(exp) then keep_exact(p, exp, flat_seqs(hset)) end
       -- Each entry is read by its ID (a trimmed one is not there); the
       -- group's pending-entries list is not involved (see XREADGROUP below).
