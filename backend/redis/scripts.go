@@ -735,19 +735,51 @@ local parts = {}
 local idbase -- ARGV[idbase + i] is the i-th fresh lease ID
 local every = nil -- whether the fetch is from every partition (nil: not known yet)
 local ranged = k < 0 -- (parts are 0 to k-1)
+local MX, DK = unpack(redis.call('HMGET', gb .. 'm', '*', 'dk'))
+-- cand: the partitions that can have events not offered yet, when known
+-- (see "Which partitions can have events not offered yet" below).
+local AC = redis.call('HGET', KEYS[1], 'ac')
+local cand = nil
+if AC then
+  local aw = redis.call('GET', gb .. 'aw')
+  if aw then
+    cand = {}
+    for _, p in ipairs(redis.call('ZRANGEBYSCORE', base .. 'ap', '(' .. aw, '+inf')) do cand[p] = true end
+    for _, p in ipairs(redis.call('SMEMBERS', gb .. 'ab')) do cand[p] = true end
+  end
+end
+-- sparse: a fetch from partitions 0 to k-1 (k > 8) of a group that lists
+-- the partitions with due sets (dk), whose candidates are known, serves
+-- only those that can have anything to claim, the candidates and the
+-- listed ones, in fetch order; the others would take nothing. (Their
+-- quota stays a share of all of them: served.)
+local sparse = false
 if k < 0 then
   k = -k
   local np = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
   if k > np then return redis.error_reply('RHEO_NOPARTITION ' .. fmt(k - 1) .. ' ' .. fmt(np)) end
   every = k == np
   local first = tonumber(ARGV[8])
-  for i = 1, k do parts[i] = fmt((first + i - 1) % k) end
+  sparse = k > 8 and DK and cand and true or false
+  if sparse then
+    local seen = {}
+    local function add(p)
+      if not seen[p] and tonumber(p) < k then seen[p] = true; parts[#parts + 1] = p end
+    end
+    for p in pairs(cand) do add(p) end
+    for _, p in ipairs(redis.call('SMEMBERS', gb .. 'dk')) do add(p) end
+    table.sort(parts, function(a, b) return (tonumber(a) - first) % k < (tonumber(b) - first) % k end)
+  else
+    for i = 1, k do parts[i] = fmt((first + i - 1) % k) end
+  end
   idbase = 8
 else
   local bad = bad_partitions(8, 1, k); if bad then return bad end
   for i = 1, k do parts[i] = ARGV[7 + i] end
   idbase = 7 + k
 end
+local served = k -- the partitions the fetch is from
+k = #parts -- (fewer when sparse)
 local lp, lk = parts, k -- the partitions the share loop visits (see live)
 local claimed = ':' .. nowS .. ':' .. ARGV[idbase + limit + 1]
 local used = 0
@@ -762,7 +794,6 @@ local setm = {}
 -- so where a lease's expiry is at or below the bound (a clock behind one
 -- that fetched earlier) its partition's watermark is lowered below it
 -- first: see due_lease.
-local MX, DK = unpack(redis.call('HMGET', gb .. 'm', '*', 'dk'))
 local function due_lease(p)
   if not MX or tcmp(exp, MX) <= 0 then -- (no bound yet: look)
     local m = getM(p)
@@ -863,10 +894,10 @@ local function prepare_run(i, j) prepare_list({unpack(parts, i, j)}) end
 -- drops those whose set is gone): a fetch from many partitions prepares
 -- those of dk it serves. For other groups it asks which of a run of 32
 -- have one in one EXISTS, and prepares only the runs where some do.
-if k <= 8 then
+if k <= 8 and not sparse then
   prepare_run(1, k)
 elseif DK then
-  local asked = nil -- the partitions served, when not 0 to k-1
+  local asked = nil -- the partitions served, when not 0 to served-1
   if not ranged then
     asked = {}
     for x = 1, k do asked[parts[x]] = true end
@@ -875,7 +906,7 @@ elseif DK then
   local has, gone = {}, {}
   for _, p in ipairs(redis.call('SMEMBERS', gb .. 'dk')) do
     local n = tonumber(p)
-    if (asked and asked[p]) or (not asked and n < k) then
+    if (asked and asked[p]) or (not asked and n < served) then
       if redis.call('EXISTS', gb .. 'd:' .. p) == 1 then has[#has + 1] = p else gone[#gone + 1] = p end
     end
   end
@@ -1058,34 +1089,29 @@ end
 -- its reads), and a fetch reads the streams of no other partition, so a
 -- fetch from 1,024 partitions of which a few have new events reads those
 -- few. Without aw (a new group, one whose cursors a replay or a reset
--- moved back, a stream of an earlier version) it reads them all.
-local AC = redis.call('HGET', KEYS[1], 'ac')
+-- moved back, a stream of an earlier version) it reads them all. (cand,
+-- read first, holds the union of ab and the partitions appended to since
+-- aw.)
 local hinted = false
-if AC then
-  local aw = redis.call('GET', gb .. 'aw')
-  if aw then
-    hinted = true
-    local cand = {}
-    for _, p in ipairs(redis.call('ZRANGEBYSCORE', base .. 'ap', '(' .. aw, '+inf')) do cand[p] = true end
-    for _, p in ipairs(redis.call('SMEMBERS', gb .. 'ab')) do cand[p] = true end
-    -- The share loop visits only the partitions with something to take
-    -- (live), in the same order: the others would take nothing. Their
-    -- quota stays a share of all k.
-    lp = {}
-    for i = 1, k do
-      local p = parts[i]
-      if not cand[p] then newdone[p] = true end
-      if not newdone[p] or ready[p] ~= 0 then lp[#lp + 1] = p end
-    end
-    lk = #lp
+if cand then
+  hinted = true
+  -- The share loop visits only the partitions with something to take
+  -- (live), in the same order: the others would take nothing. Their
+  -- quota stays a share of all served.
+  lp = {}
+  for i = 1, k do
+    local p = parts[i]
+    if not cand[p] then newdone[p] = true end
+    if not newdone[p] or ready[p] ~= 0 then lp[#lp + 1] = p end
   end
+  lk = #lp
 end
 
 -- Share the limit fairly: a first pass gives each partition its quota,
 -- later passes hand what is left to whoever still has work.
 local remaining = limit
 local exhausted = {}
-local quota = math.ceil(limit / k)
+local quota = math.ceil(limit / served)
 local pass = 0
 local function idle(x)
   local p = lp[x]
