@@ -140,3 +140,60 @@ func TestDueSetsFoundOnWideStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestLagOfReopenedOnWideStreams: a replay of acked events in partitions of
+// a stream of 1,024 lowers their frontiers in the lag, until they are
+// acked again; on a group that lists those partitions (rk) and on one
+// that does not.
+func TestLagOfReopenedOnWideStreams(t *testing.T) {
+	for _, listed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "listed", false: "unlisted"}[listed], func(t *testing.T) {
+			ctx := context.Background()
+			rb, rc := newBackend(t)
+			c := rheo.New(rb)
+			require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
+			require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+			if !listed {
+				unlist(t, rb, rc, "g")
+			}
+			ids := map[int]string{}
+			for _, p := range []int{7, 500, 1023} {
+				for range 3 {
+					e, err := c.Append(ctx, "s", rheo.Message{Partition: &p, Payload: []byte(`{}`)})
+					require.NoError(t, err)
+					ids[p] = e.ID // the last of the three
+				}
+			}
+			ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+			require.NoError(t, err)
+			require.Len(t, ls, 9)
+			require.NoError(t, c.AckBatch(ctx, ls))
+			lag, err := c.Lag(ctx, "s", "g")
+			require.NoError(t, err)
+			require.Zero(t, lag.Total)
+
+			n, err := c.Replay(ctx, "s", "g", rheo.Events(ids[500], ids[1023]))
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			lag, err = c.Lag(ctx, "s", "g")
+			require.NoError(t, err)
+			require.Equal(t, int64(2), lag.Total)
+			require.Equal(t, int64(2), lag.Partitions[500].Frontier)
+			require.Equal(t, int64(2), lag.Partitions[1023].Frontier)
+			require.Equal(t, int64(3), lag.Partitions[7].Frontier)
+
+			ls, err = c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+			require.NoError(t, err)
+			require.Len(t, ls, 2)
+			require.NoError(t, c.AckBatch(ctx, ls))
+			lag, err = c.Lag(ctx, "s", "g")
+			require.NoError(t, err)
+			require.Zero(t, lag.Total)
+			if listed {
+				n, err := rc.SCard(ctx, rb.GroupKey("s", "g", "rk")).Result()
+				require.NoError(t, err)
+				require.Zero(t, n, "the lag read dropped the partitions whose reopened sets went")
+			}
+		})
+	}
+}

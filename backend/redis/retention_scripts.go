@@ -21,7 +21,7 @@ local function drop_group(g, n)
     pcall(redis.call, 'XGROUP', 'DESTROY', skey(p), g)
     redis.call('UNLINK', gb .. 'l:' .. p, gb .. 'd:' .. p, gb .. 'a:' .. p, gb .. 't:' .. p, gb .. 'r:' .. p, gb .. 'c:' .. p, gb .. 'x:' .. p)
   end
-  redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm', gb .. 'aw', gb .. 'ab', gb .. 'dk')
+  redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'sk', gb .. 'm', gb .. 'aw', gb .. 'ab', gb .. 'dk', gb .. 'rk')
   redis.call('HDEL', base .. 'groups', g)
 end
 -- gone_ids moves the list of the ID index's buckets to idgone, from which

@@ -523,6 +523,7 @@ local function reopen(p, seq)
     if redis.call('ZREM', gb .. 'q', m) == 1 then redis.call('HDEL', gb .. 'qh', m) end
     if seq <= getF(p) then
       redis.call('ZADD', gb .. 'r:' .. p, seq, ss)
+      redis.call('SADD', gb .. 'rk', p)
     else
       redis.call('ZREM', gb .. 't:' .. p, ss)
     end
@@ -687,9 +688,10 @@ if redis.call('HSETNX', base .. 'groups', group, ARGV[4]) == 0 then
   return redis.error_reply('RHEO_EXISTS')
 end
 local n = tonumber(ARGV[5])
-redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm', gb .. 'dk')
+redis.call('UNLINK', gb .. 'f', gb .. 'q', gb .. 'qh', gb .. 'm', gb .. 'dk', gb .. 'rk')
 -- The group lists in dk the partitions that may have a due set (see the
--- fetch); groups created by earlier versions have no such field.
+-- fetch), and in rk those that may have reopened sequences (see lag);
+-- groups created by earlier versions have no such field.
 redis.call('HSET', gb .. 'm', 'dk', '1')
 for p = 0, n - 1 do
   local s = ARGV[6 + p]
@@ -1340,18 +1342,32 @@ return 0
 // lag returns {partitions, (partition, lowest reopened sequence) pairs for
 // the partitions that have reopened ones} (Lag reads the high watermarks
 // and frontiers beside it, in the same transaction).
-// Few partitions have any: it asks which of each 64 do with one EXISTS.
+// Few partitions have any: for a group that keeps rk (see createGroup) it
+// reads those rk lists; for others, it asks which of each 64 have any with
+// one EXISTS.
 var lagScript = goredis.NewScript(common + groupCommon + `
 local maxA, err = need_group(); if err then return err end
 local n = tonumber(redis.call('HGET', KEYS[1], 'partitions'))
 local rows = {}
-for i = 0, n - 1, 64 do
-  local ks = {}
-  for p = i, math.min(i + 63, n - 1) do ks[#ks + 1] = gb .. 'r:' .. p end
-  if redis.call('EXISTS', unpack(ks)) > 0 then
-    for x, key in ipairs(ks) do
-      local r = redis.call('ZRANGE', key, 0, 0)
-      if r[1] then rows[#rows + 1] = i + x - 1; rows[#rows + 1] = r[1] end
+if redis.call('HGET', gb .. 'm', 'dk') then
+  -- A group created by this version lists in rk every partition that may
+  -- have reopened sequences (reopen adds it); those whose set is gone
+  -- leave the list here.
+  local gone = {}
+  for _, p in ipairs(redis.call('SMEMBERS', gb .. 'rk')) do
+    local r = redis.call('ZRANGE', gb .. 'r:' .. p, 0, 0)
+    if r[1] then rows[#rows + 1] = tonumber(p); rows[#rows + 1] = r[1] else gone[#gone + 1] = p end
+  end
+  if #gone > 0 then bulk({'SREM', gb .. 'rk'}, gone, 1000) end
+else
+  for i = 0, n - 1, 64 do
+    local ks = {}
+    for p = i, math.min(i + 63, n - 1) do ks[#ks + 1] = gb .. 'r:' .. p end
+    if redis.call('EXISTS', unpack(ks)) > 0 then
+      for x, key in ipairs(ks) do
+        local r = redis.call('ZRANGE', key, 0, 0)
+        if r[1] then rows[#rows + 1] = i + x - 1; rows[#rows + 1] = r[1] end
+      end
     end
   end
 end
