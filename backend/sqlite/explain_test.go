@@ -251,10 +251,11 @@ func TestAppendStoresAPartitionsEventsSideBySide(t *testing.T) {
 }
 
 // TestLagPlanUnderStaleStatistics gathers statistics on a store of one
-// group, then creates 300 more: Lag still reads the group's cursors and
-// the stream's counters by their keys, never by a scan of every group's
-// cursors, which the statistics (one group, so every cursor row is that
-// group's) would make look as cheap.
+// group and one stream, then creates 300 more of each: Lag still reads the
+// group's cursors and the stream's counters by their keys, never by a scan
+// of every group's cursors or every stream's counters, which the
+// statistics (one group, one stream, so every row is theirs) would make
+// look as cheap.
 func TestLagPlanUnderStaleStatistics(t *testing.T) {
 	ctx := context.Background()
 	b := open(t)
@@ -268,6 +269,7 @@ func TestLagPlanUnderStaleStatistics(t *testing.T) {
 	require.NoError(t, err)
 	for i := 1; i <= 300; i++ {
 		require.NoError(t, c.CreateGroup(ctx, "s", fmt.Sprint("g", i), rheo.GroupConfig{}))
+		require.NoError(t, c.CreateStream(ctx, fmt.Sprint("s", i), rheo.StreamConfig{Partitions: 64}))
 	}
 	stale, err := sql.Open("sqlite", b.Path()) // reads the statistics afresh
 	require.NoError(t, err)

@@ -6,28 +6,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestEachCursor reads LagSQL's cursor lists, and refuses malformed ones
-// instead of reading numbers that are not there.
-func TestEachCursor(t *testing.T) {
+// TestEachPair reads LagSQL's lists of partitions and numbers, and refuses
+// malformed ones instead of reading numbers that are not there.
+func TestEachPair(t *testing.T) {
 	type row struct {
-		part        int
-		offered, hw int64
+		part int
+		n    int64
 	}
 	read := func(s string) ([]row, error) {
 		var got []row
-		err := eachCursor([]byte(s), func(p int, o, h int64) { got = append(got, row{p, o, h}) })
+		err := eachPair([]byte(s), func(p int, n int64) { got = append(got, row{p, n}) })
 		return got, err
 	}
 	got, err := read("")
 	require.NoError(t, err)
 	require.Empty(t, got)
-	got, err = read("0:0:0")
+	got, err = read("0:0")
 	require.NoError(t, err)
-	require.Equal(t, []row{{0, 0, 0}}, got)
-	got, err = read("3:17:9223372036854775807,1023:5:6,12:0:40")
+	require.Equal(t, []row{{0, 0}}, got)
+	got, err = read("3:9223372036854775807,1023:5,12:0")
 	require.NoError(t, err)
-	require.Equal(t, []row{{3, 17, 9223372036854775807}, {1023, 5, 6}, {12, 0, 40}}, got)
-	for _, bad := range []string{"1", "1:2", "1:2:", "1:2:3,", "1:2:3;4:5:6", "1::3", "-1:2:3", "1:2:3x", "1:99999999999999999999:3", ",1:2:3"} {
+	require.Equal(t, []row{{3, 9223372036854775807}, {1023, 5}, {12, 0}}, got)
+	for _, bad := range []string{"1", "1:", "1:2,", "1:2;4:5", "1::3", "-1:2", "1:2x", "1:99999999999999999999", ",1:2", "1:2:3", "99999999999:1"} {
 		_, err := read(bad)
 		require.Error(t, err, "%q", bad)
 	}
