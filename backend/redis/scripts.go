@@ -764,13 +764,21 @@ if k < 0 then
   local first = tonumber(ARGV[8])
   sparse = k > 8 and DK and cand and true or false
   if sparse then
-    local seen = {}
+    -- In fetch order: by place after first, numbers that table.sort
+    -- orders without a Lua comparator (one cost more than the rest of
+    -- the list's making).
+    local at, places = {}, {}
     local function add(p)
-      if not seen[p] and tonumber(p) < k then seen[p] = true; parts[#parts + 1] = p end
+      local n = tonumber(p)
+      if n < k then
+        local x = (n - first) % k
+        if not at[x] then at[x] = p; places[#places + 1] = x end
+      end
     end
     for p in pairs(cand) do add(p) end
     for _, p in ipairs(redis.call('SMEMBERS', gb .. 'dk')) do add(p) end
-    table.sort(parts, function(a, b) return (tonumber(a) - first) % k < (tonumber(b) - first) % k end)
+    table.sort(places)
+    for i, x in ipairs(places) do parts[i] = at[x] end
   else
     for i = 1, k do parts[i] = fmt((first + i - 1) % k) end
   end
