@@ -2,6 +2,8 @@ package redis_test
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -125,4 +127,42 @@ func TestFetchFromSomePartitionsKeepsTheRestFound(t *testing.T) {
 	_, err := c.Append(ctx, "s", rheo.Message{Type: "t", Partition: &p5})
 	require.NoError(t, err)
 	require.Len(t, fetch(100), 1)
+}
+
+// TestFetchReadsASpreadPartitionOnce: when an append spreads 100 events
+// over about 95 of 1,024 partitions, a fetch's share of each is 1 event,
+// which most of them have: a fetch of 100 reads each of their streams
+// once, not a second time to find it had no more (the partition's last
+// event leased is its last appended).
+func TestFetchReadsASpreadPartitionOnce(t *testing.T) {
+	ctx := context.Background()
+	rb, _ := newBackend(t)
+	be := &countingBackend{Backend: rb}
+	c := rheo.New(be)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	n := 0
+	for round := range 4 {
+		msgs := make([]rheo.Message, 100)
+		parts := map[int]bool{}
+		for j := range msgs {
+			msgs[j] = rheo.Message{Type: "t", Key: strconv.Itoa(n), Payload: json.RawMessage(`{}`)}
+			n++
+		}
+		evs, err := c.AppendBatch(ctx, "s", msgs)
+		require.NoError(t, err)
+		for _, e := range evs {
+			parts[e.Partition] = true
+		}
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+		require.NoError(t, err)
+		require.Len(t, ls, 100)
+		require.NoError(t, c.AckBatch(ctx, ls))
+		read, err := rb.FetchStreams(ctx, "s")
+		require.NoError(t, err)
+		t.Logf("round %d: %d partitions appended to, %d streams read", round, len(parts), read)
+		if round > 0 { // (the first fetch of a group reads every partition)
+			require.LessOrEqual(t, read, int64(len(parts))+10, "streams read again after they gave their last event")
+		}
+	}
 }

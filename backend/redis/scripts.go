@@ -1069,7 +1069,8 @@ end
 -- wanting quota events not offered yet, with one XREADGROUP across their
 -- streams instead of one each. The caller keeps the run within what is
 -- left of the limit, so every partition gets exactly what take would have
--- given it. Returns how many it leased, and how many of each partition.
+-- given it. Returns how many it leased, how many of each partition, and
+-- the sequence of the last event it leased of each.
 local function take_fresh_run(i, j, quota)
   local cmd = {'XREADGROUP', 'GROUP', group, 'rheo', 'COUNT', quota, 'NOACK', 'STREAMS'}
   local at = {}
@@ -1079,13 +1080,15 @@ local function take_fresh_run(i, j, quota)
     at[sk] = lp[x]
   end
   for x = i, j do cmd[#cmd + 1] = '>' end
-  local got, n = 0, {}
+  local got, n, last = 0, {}, {}
   for _, r in ipairs(redis.call(unpack(cmd)) or {}) do
     local p = at[r[1]]
-    n[p] = lease_fresh(p, r[2])
+    local ents = r[2]
+    n[p] = lease_fresh(p, ents)
     got = got + n[p]
+    if n[p] > 0 then last[p] = tonumber(string.match(ents[n[p]][1], '^(%d+)')) end
   end
-  return got, n
+  return got, n, last
 end
 
 -- Which partitions can have events not offered yet. A stream created by
@@ -1141,11 +1144,25 @@ while remaining > 0 do
       while j + 1 <= lk and j + 1 - i < fit and idle(j + 1) and not newdone[lp[j + 1]] do j = j + 1 end
     end
     if j > i then
-      local got, n = take_fresh_run(i, j, quota)
+      local got, n, last = take_fresh_run(i, j, quota)
       remaining = remaining - got
+      -- A partition that gave its whole quota may have no more either:
+      -- when its last event leased is its last appended (hw), it is
+      -- done too, and a later pass does not read its stream again for
+      -- nothing (with 1,024 partitions a quota is 1 event, which most
+      -- partitions a cycle appends to have).
+      local full = {}
       for x = i, j do
-        if (n[lp[x]] or 0) < quota then
-          exhausted[x], newdone[lp[x]] = true, true
+        if (n[lp[x]] or 0) >= quota then full[#full + 1] = lp[x] end
+      end
+      local hw = {}
+      if #full > 0 then
+        for y, v in ipairs(redis.call('HMGET', base .. 'hw', unpack(full))) do hw[full[y]] = tonumber(v) end
+      end
+      for x = i, j do
+        local p = lp[x]
+        if (n[p] or 0) < quota or (hw[p] and last[p] and last[p] >= hw[p]) then
+          exhausted[x], newdone[p] = true, true
         else
           progress = true
         end
