@@ -351,6 +351,22 @@ local function mark_terminal(p, seq)
   t[#t + 1] = seq
 end
 local function flush_frontier()
+  -- The frontiers of the partitions, read and written with one call each
+  -- for all of them; the sets of terminal sequences are looked into only
+  -- where some exist.
+  local ps = {}
+  for p in pairs(term) do
+    if F[p] == nil then ps[#ps + 1] = p end
+  end
+  if #ps > 1 then
+    local vs = mget(gb .. 'f', ps, 1, #ps)
+    for i, p in ipairs(ps) do F[p] = tonumber(vs[i] or '0') end
+  end
+  local tks = {}
+  for p in pairs(term) do tks[#tks + 1] = gb .. 't:' .. p end
+  local anyt = true
+  if #tks > 1 then anyt = redis.call('EXISTS', unpack(tks)) > 0 end
+  local setf = {}
   for p, list in pairs(term) do
     table.sort(list)
     local f0 = getF(p)
@@ -369,7 +385,7 @@ local function flush_frontier()
     if #rem > 0 then bulk({'ZREM', gb .. 'r:' .. p}, rem, 1000) end
     local tkey = gb .. 't:' .. p
     if #add > 0 then bulk({'ZADD', tkey}, add, 1000) end
-    if f > f0 then
+    if f > f0 and (anyt or #add > 0) then
       while true do
         local m = redis.call('ZRANGE', tkey, 0, 255)
         local n = 0
@@ -379,10 +395,14 @@ local function flush_frontier()
         if n > 0 then redis.call('ZREMRANGEBYRANK', tkey, 0, n - 1) end
         if n < 256 then break end
       end
-      redis.call('HSET', gb .. 'f', p, fmt(f))
+    end
+    if f > f0 then
+      setf[#setf + 1] = p
+      setf[#setf + 1] = fmt(f)
       F[p] = f
     end
   end
+  if #setf > 0 then bulk({'HSET', gb .. 'f'}, setf, 1000) end
   term = {}
 end
 local function dead(p, seq, attempt, reason, now)
@@ -1257,6 +1277,21 @@ local at = idlookup(ARGV, eb + 1, eb + n)
 local res = {}
 local unready = {} -- {partition, sequences settled for good}
 local woke = false
+-- A batch over several partitions asks once whether any of them has claim
+-- records (c:<p>, written only by earlier versions) or exact due times
+-- (x:<p>), instead of once per partition; a nack or release in the batch
+-- may write exact due times, after which each partition is asked again.
+local anyc, anyx = true, true
+if g > 1 then
+  local cks, xks = {}, {}
+  for gi = 1, g do
+    local p = ARGV[4 + 3 * gi]
+    cks[gi] = gb .. 'c:' .. p
+    xks[gi] = gb .. 'x:' .. p
+  end
+  anyc = redis.call('EXISTS', unpack(cks)) > 0
+  anyx = redis.call('EXISTS', unpack(xks)) > 0
+end
 local q = 0
 for gi = 1, g do
   local p = ARGV[4 + 3 * gi]
@@ -1302,6 +1337,7 @@ for gi = 1, g do
           redis.call('HSET', lkey, ss, w)
           set_due(p, ss, due, false)
           woke = true
+          anyx = true
         else
           if written then written[ss] = false end
           rm[#rm + 1] = ss
@@ -1318,11 +1354,11 @@ for gi = 1, g do
   end
   if #rm > 0 then
     bulk({'HDEL', lkey}, rm, 1000)
-    forget_claims(p, rm)
+    if anyc then forget_claims(p, rm) end
     local dkey = gb .. 'd:' .. p
     bulk({'ZREM', dkey}, rm, 1000)
     unpin(dkey)
-    forget_exact(p, rm)
+    if anyx then forget_exact(p, rm) end
     unready[#unready + 1] = {p, rm}
     -- Only leases of stores written by earlier versions, which kept the
     -- group's pending-entries list, have an entry there to remove (XACK
