@@ -354,16 +354,15 @@ local function flush_frontier()
   -- The frontiers of the partitions, read and written with one call each
   -- for all of them; the sets of terminal sequences are looked into only
   -- where some exist.
-  local ps = {}
+  local ps, tks = {}, {}
   for p in pairs(term) do
     if F[p] == nil then ps[#ps + 1] = p end
+    tks[#tks + 1] = gb .. 't:' .. p
   end
   if #ps > 1 then
     local vs = mget(gb .. 'f', ps, 1, #ps)
     for i, p in ipairs(ps) do F[p] = tonumber(vs[i] or '0') end
   end
-  local tks = {}
-  for p in pairs(term) do tks[#tks + 1] = gb .. 't:' .. p end
   local anyt = true
   if #tks > 1 then anyt = redis.call('EXISTS', unpack(tks)) > 0 end
   local setf = {}

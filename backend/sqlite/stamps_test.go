@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -114,25 +113,11 @@ func TestUpgradeToStamps(t *testing.T) {
 	appendTo(t, c, "b", 1, 50, 60)
 	require.NoError(t, b.Close())
 
-	db, err := sql.Open("sqlite", path)
-	require.NoError(t, err)
-	for _, q := range []string{
+	c = rheo.New(upgraded(t, path,
 		"ALTER TABLE rheo_partitions DROP COLUMN stamp",
 		"ALTER TABLE rheo_groups DROP COLUMN seen",
 		"DELETE FROM rheo_schema WHERE version = 8",
-	} {
-		_, err := db.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.NoError(t, db.Close())
-
-	b, err = sqlite.Open(ctx, path)
-	require.NoError(t, err)
-	defer b.Close()
-	v, err := b.SchemaVersion(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 8, v)
-	c = rheo.New(b)
+	))
 	require.ElementsMatch(t, []string{"b-1", "b-50", "b-60"}, drain(t, c, 100))
 	appendTo(t, c, "c", 2, 61)
 	require.ElementsMatch(t, []string{"c-2", "c-61"}, drain(t, c, 100))

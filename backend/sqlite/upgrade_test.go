@@ -17,6 +17,29 @@ import (
 	"github.com/rheo-go/rheo/clock"
 )
 
+// upgraded runs stmts on the closed store at path, making it what an
+// earlier version left, then opens it again (which migrates it) and checks
+// that it is at the current schema version. The store is closed when the
+// test ends.
+func upgraded(t *testing.T, path string, stmts ...string) *sqlite.Backend {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	for _, q := range stmts {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, db.Close())
+	b, err := sqlite.Open(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	v, err := b.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 8, v)
+	return b
+}
+
 // TestUpgradeKeepsDueTimes opens a store whose deliveries were written
 // before schema version 3 (a reopened one due at math.MinInt64, a nack
 // without a delay due at its own time, the old index of due times) and
@@ -51,27 +74,14 @@ func TestUpgradeKeepsDueTimes(t *testing.T) {
 
 	// What version 2 wrote: a reopened delivery due at math.MinInt64, a
 	// nack due at the time of the nack, one index of due times.
-	db, err := sql.Open("sqlite", path)
-	require.NoError(t, err)
-	for _, q := range []string{
-		"UPDATE rheo_deliveries SET due_at = " + strconv.FormatInt(math.MinInt64, 10) + " WHERE seq = 2",
-		"UPDATE rheo_deliveries SET due_at = " + strconv.FormatInt(clk.Now().UnixMicro(), 10) + " WHERE seq = 5",
+	b = upgraded(t, path,
+		"UPDATE rheo_deliveries SET due_at = "+strconv.FormatInt(math.MinInt64, 10)+" WHERE seq = 2",
+		"UPDATE rheo_deliveries SET due_at = "+strconv.FormatInt(clk.Now().UnixMicro(), 10)+" WHERE seq = 5",
 		"DROP INDEX rheo_deliveries_ready",
 		"DROP INDEX rheo_deliveries_timed",
 		"CREATE INDEX rheo_deliveries_due ON rheo_deliveries (grp_id, part, due_at)",
 		"DELETE FROM rheo_schema WHERE version = 3",
-	} {
-		_, err := db.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.NoError(t, db.Close())
-
-	b, err = sqlite.Open(ctx, path)
-	require.NoError(t, err)
-	defer b.Close()
-	v, err := b.SchemaVersion(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 8, v)
+	)
 	c = rheo.New(b, rheo.WithClock(clk))
 	seqs := func() []int64 {
 		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 10})

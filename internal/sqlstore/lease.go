@@ -240,7 +240,6 @@ type stamped struct {
 // (see fetch).
 func (s *Store) fetchCursors(ctx context.Context, t *writeTx, ref streamRef, g groupRef, listed []int, fn func(p int, offered, hwm int64)) (stamped, error) {
 	var st stamped
-	var b Builder
 	if listed == nil && ref.parts > int(fewRuns.Load()) {
 		err := t.queryRow(ctx, "SELECT s.changes, g.seen FROM rheo_streams s CROSS JOIN rheo_groups g WHERE s.id = ? AND g.id = ?",
 			ref.id, g.id).Scan(&st.changes, &st.seen)
@@ -250,10 +249,13 @@ func (s *Store) fetchCursors(ctx context.Context, t *writeTx, ref streamRef, g g
 		// (No row: the stream or group is gone; the cursors read none.)
 		st.use = err == nil
 	}
-	q, args := StampedCursorsSQL, []any{ref.id, g.id, st.seen}
+	var rows *sql.Rows
+	var err error
 	if st.use && st.seen > 0 {
 		stampReads.Add(1)
+		rows, err = t.query(ctx, StampedCursorsSQL, ref.id, g.id, st.seen)
 	} else {
+		var b Builder
 		b.S("SELECT g.part, g.offered, p.hwm FROM rheo_group_parts g JOIN rheo_partitions p ON p.stream_id = ").Arg(ref.id).
 			S(" AND p.part = g.part WHERE g.grp_id = ").Arg(g.id).S(" AND p.hwm > g.offered")
 		if listed != nil {
@@ -261,9 +263,8 @@ func (s *Store) fetchCursors(ctx context.Context, t *writeTx, ref streamRef, g g
 			List(&b, listed).S(")")
 		}
 		b.S(" ORDER BY g.part" + s.d.LockRows())
-		q, args = b.SQL(), b.Args()
+		rows, err = t.query(ctx, b.SQL(), b.Args()...)
 	}
-	rows, err := t.query(ctx, q, args...)
 	if err != nil {
 		return st, err
 	}
