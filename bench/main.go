@@ -147,6 +147,9 @@ type config struct {
 	cpu       bool
 
 	scale        bool   // run the scale cases instead of the pairs
+	scaleTouched bool   // with -scale: the cases of touchedCases instead
+	scaleCases   string // with -scale: a regular expression the cases' names must match
+	scaleTail    bool   // with -scale: scaleCase.tailKeys
 	scaleStores  string // comma-separated
 	scaleEvents  int
 	scaleCycles  int
@@ -168,6 +171,9 @@ func main() {
 	flag.StringVar(&cfg.csv, "csv", "peers.csv", "CSV file to write (empty: none)")
 	flag.BoolVar(&cfg.cpu, "cpu", false, "also report the CPU time per event of each side: this process's (the client) and that of the local postgres and redis-server processes (Linux)")
 	flag.BoolVar(&cfg.scale, "scale", false, "measure operation costs at scale (1,000 groups, 1,024 partitions, -scale-events events) against a small stream, instead of the pairs")
+	flag.BoolVar(&cfg.scaleTouched, "scale-touched", false, "with -scale: instead of its cases, compare cycles that touch 4, 16, 32, 64 and 100 partitions of a stream of 1,024 with the same cycles on a stream of that many partitions")
+	flag.StringVar(&cfg.scaleCases, "scale-cases", "", "with -scale: run only the cases whose name matches this regular expression")
+	flag.BoolVar(&cfg.scaleTail, "scale-tail-keys", false, "with -scale: give the measured appends keys that sort after those of the events before them, so that they land together at the end of the key indexes")
 	flag.StringVar(&cfg.scaleStores, "scale-stores", "memory,sqlite,postgres,redis", "stores of -scale")
 	flag.IntVar(&cfg.scaleEvents, "scale-events", 10000000, "events of the long stream of -scale")
 	flag.IntVar(&cfg.scaleSettled, "scale-settled", 100000, "events the measured group of -scale leaves reopened (by a Replay) or delayed (nacked for a day) in the two settled cases")
@@ -220,12 +226,30 @@ func scale(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.scaleEvents < 1000 || cfg.scaleCycles < 1 {
 		return fmt.Errorf("-scale-events must be at least 1000 and -scale-cycles at least 1")
 	}
+	re, err := regexp.Compile(cfg.scaleCases)
+	if err != nil {
+		return fmt.Errorf("-scale-cases: %w", err)
+	}
+	all := scaleCases(cfg.scaleEvents, cfg.scaleSettled)
+	if cfg.scaleTouched {
+		all = touchedCases()
+	}
+	var cases []scaleCase
+	for _, sc := range all {
+		if re.MatchString(sc.name) {
+			sc.tailKeys = cfg.scaleTail
+			cases = append(cases, sc)
+		}
+	}
+	if len(cases) == 0 {
+		return fmt.Errorf("-scale-cases %q matches no case", cfg.scaleCases)
+	}
 	e, err := newEnv(ctx, cfg.pg, cfg.redis, cfg.parts, cfg.workers)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	res, err := runScale(ctx, e, strings.Split(cfg.scaleStores, ","), cfg.scaleEvents, cfg.scaleSettled, cfg.scaleCycles, out)
+	res, err := runScale(ctx, e, strings.Split(cfg.scaleStores, ","), cases, cfg.scaleCycles, out)
 	if err != nil {
 		return err
 	}

@@ -66,17 +66,19 @@ func TestPeersSmoke(t *testing.T) {
 	checkNothingLeft(ctx, t, cfg)
 }
 
-// TestScaleSmoke runs every scale case on every store with tiny sizes:
-// each must produce a time for every operation, small and scaled.
+// TestScaleSmoke runs every scale case, and those of -scale-touched, on
+// every store with tiny sizes: each must produce a time for every
+// operation, small and scaled.
 func TestScaleSmoke(t *testing.T) {
 	ctx, cfg, e := smokeEnv(t)
 	var out bytes.Buffer
 	stores := []string{"memory", "sqlite", "postgres", "redis"}
-	res, err := runScale(ctx, e, stores, 2000, 2000, 2, &out)
+	cases := append(scaleCases(2000, 2000), touchedCases()...)
+	res, err := runScale(ctx, e, stores, cases, 2, &out)
 	if err != nil {
 		t.Fatalf("scale: %v\n%s", err, out.String())
 	}
-	if len(res) != len(stores)*len(scaleCases(2000, 2000)) {
+	if len(res) != len(stores)*len(cases) {
 		t.Fatalf("%d results, want one per store and case", len(res))
 	}
 	for _, r := range res {

@@ -34,18 +34,42 @@ type scaleCase struct {
 	// partitions stay idle. Otherwise keys route the events, and a
 	// cycle's 100 events spread over up to 100 partitions.
 	active int
+	// smallParts, when set, is the small stream's partitions (4
+	// otherwise); its cycles append to as many partitions as the scaled
+	// stream's (active), so the two differ only in the partitions they
+	// hold (see touchedCases).
+	smallParts int
+	// tailKeys (-scale-tail-keys) gives the measured cycles' events keys
+	// that sort after every key of the events appended before them, so
+	// that an append's keys land together at the end of the stores' key
+	// indexes instead of all over them.
+	tailKeys bool
 }
 
 func scaleCases(events, settled int) []scaleCase {
 	return []scaleCase{
-		{"1,000 groups", 4, 1000, 1000, "", 0},
-		{"1,024 partitions", 1024, 1, 1000, "", 0},
-		{"1,024 partitions, 4 active", 1024, 1, 1000, "", 4},
-		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, "", 0},
-		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened", 0},
-		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed", 0},
-		{fmt.Sprintf("%s expired", thousands(settled)), 4, 1, settled, "expired", 0},
+		{"1,000 groups", 4, 1000, 1000, "", 0, 0, false},
+		{"1,024 partitions", 1024, 1, 1000, "", 0, 0, false},
+		{"1,024 partitions, 4 active", 1024, 1, 1000, "", 4, 0, false},
+		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, "", 0, 0, false},
+		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened", 0, 0, false},
+		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed", 0, 0, false},
+		{fmt.Sprintf("%s expired", thousands(settled)), 4, 1, settled, "expired", 0, 0, false},
 	}
+}
+
+// touchedCases (-scale-touched) set apart the two things a spread cycle on
+// 1,024 partitions differs from the small case in: the partitions the
+// stream holds, and the partitions a cycle touches. Each case appends
+// every cycle's 100 events to its first k partitions in turn, on a stream
+// of 1,024 partitions and on a stream of k, so the pair touches as many
+// partitions and differs only in those it holds.
+func touchedCases() []scaleCase {
+	var out []scaleCase
+	for _, k := range []int{4, 16, 32, 64, 100} {
+		out = append(out, scaleCase{name: fmt.Sprintf("%d of 1,024 / of %d", k, k), parts: 1024, groups: 1, events: 1000, active: k, smallParts: k})
+	}
+	return out
 }
 
 var scaleOps = []string{"append 100", "fetch 100", "ack 100", "lag"}
@@ -63,10 +87,10 @@ type scaleResult struct {
 // cycle so that load elsewhere falls on both alike. Every group starts at
 // the end of its stream (rheo.Latest), so a cycle works at the tail of the
 // stream as a caught-up consumer does.
-func runScale(ctx context.Context, e *env, stores []string, events, settled, cycles int, out io.Writer) ([]scaleResult, error) {
+func runScale(ctx context.Context, e *env, stores []string, cases []scaleCase, cycles int, out io.Writer) ([]scaleResult, error) {
 	var res []scaleResult
 	for _, store := range stores {
-		for _, sc := range scaleCases(events, settled) {
+		for _, sc := range cases {
 			r, err := scaleOne(ctx, e, store, sc, cycles)
 			if err != nil {
 				return res, fmt.Errorf("%s, %s: %w", store, sc.name, err)
@@ -110,7 +134,7 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 		}
 		return nil
 	}
-	if err := setup("small", 4, 1, 1000, ""); err != nil {
+	if err := setup("small", max(4, sc.smallParts), 1, 1000, ""); err != nil {
 		return r, err
 	}
 	if err := setup("big", sc.parts, sc.groups, sc.events, sc.settled); err != nil {
@@ -123,10 +147,10 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 	}
 	for i := range cycles + 5 {
 		var s, b [4]time.Duration
-		if err := cycle(ctx, c, "small", i, sc.active, &s); err != nil {
+		if err := cycle(ctx, c, "small", i, sc, &s); err != nil {
 			return r, err
 		}
-		if err := cycle(ctx, c, "big", i, sc.active, &b); err != nil {
+		if err := cycle(ctx, c, "big", i, sc, &b); err != nil {
 			return r, err
 		}
 		if i < 5 {
@@ -142,16 +166,21 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 
 func groupName(g int) string { return "g" + strconv.Itoa(g) }
 
-// cycle appends 100 events (to the first active partitions in turn, or
-// routed by key when active is 0), fetches up to 100 for group g0, acks
+// cycle appends 100 events (to the first sc.active partitions in turn,
+// or routed by key when that is 0), fetches up to 100 for group g0, acks
 // them and reads the lag, adding each operation's time to d.
-func cycle(ctx context.Context, c *rheo.Client, stream string, i, active int, d *[4]time.Duration) error {
+func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCase, d *[4]time.Duration) error {
 	msgs := make([]rheo.Message, 100)
 	for j := range msgs {
 		n := i*100 + j
-		msgs[j] = rheo.Message{Type: "order.created", Key: strconv.Itoa(n), Payload: payload(nil, n)}
-		if active > 0 {
-			p := n % active
+		key := strconv.Itoa(n)
+		if sc.tailKeys {
+			// After every decimal key of fillStream, in order.
+			key = fmt.Sprintf("t%09d", n)
+		}
+		msgs[j] = rheo.Message{Type: "order.created", Key: key, Payload: payload(nil, n)}
+		if sc.active > 0 {
+			p := n % sc.active
 			msgs[j].Partition = &p
 		}
 	}
