@@ -103,8 +103,8 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"fetch new events":  {"SELECT id FROM rheo_events WHERE stream_id = ? AND part = ? AND seq > ? AND seq <= ? ORDER BY seq", 1, 0, 10, 110},
 		"fetch cursor move": {"UPDATE rheo_group_parts SET offered = ? WHERE grp_id = ? AND part = ?", 5, 1, 0},
 		// A fetch and a settle over many partitions at once.
-		"settle spans, ranges":   {sqlstore.SpansOfRangesSQL, 1, `{"0":[1,5],"1":[2,3]}`},
-		"settle span deletes":    {sqlstore.DeleteSpansSQL, 1, `[[0,1],[1,2]]`},
+		"settle spans, ranges":   {sqlstore.SpansOfRangesSQL, 1, `{"0:5":1,"1:3":2}`},
+		"settle span deletes":    {sqlstore.DeleteSpansSQL, 1, `[1,2]`},
 		"fetch new events, runs": {sqlstore.MaterializeRunsSQL, `{"0":2,"1":1}`, 1, 1},
 		// Settle: read the rows, delete acked ones, update nacked ones.
 		"settle read":   {"SELECT seq, status, lease_id, event_id, attempt FROM rheo_deliveries WHERE grp_id = ? AND part = ? AND seq IN (?, ?, ?)", 1, 0, 1, 2, 3},
@@ -155,17 +155,20 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		require.Contains(t, p, "SEARCH", name)
 	}
 	// With many spans outstanding (a group 3,000 fetches behind in 16
-	// partitions), a span is deleted by its key, not by a walk of its
-	// partition's spans.
+	// partitions), a span is deleted by its rowid, not by a walk of its
+	// group's or partition's spans.
 	_, err = db.Exec("INSERT INTO rheo_spans (grp_id, part, lo, hi, token, attempt, leased_at, expires_at, done, pending, low) " +
 		"WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 48000) " +
 		"SELECT 999, i % 16, i, i, 't', 1, 0, 0, '0', 1, i FROM c")
 	require.NoError(t, err)
 	_, err = db.Exec("ANALYZE")
 	require.NoError(t, err)
-	deletes := plan(t, db, sqlstore.DeleteSpansSQL, 999, `[[0,16],[1,17]]`)
+	deletes := plan(t, db, sqlstore.DeleteSpansSQL, 999, `[16,17]`)
 	t.Logf("settle span deletes, 48,000 spans:\n%s", deletes)
-	require.Contains(t, deletes, "lo=?", "a span deleted by its key")
+	require.Contains(t, deletes, "USING INTEGER PRIMARY KEY (rowid=?)", "a span deleted by its rowid")
+	ranges := plan(t, db, sqlstore.SpansOfRangesSQL, 999, `{"0:16":16,"1:17":17}`)
+	t.Logf("settle spans, ranges, 48,000 spans:\n%s", ranges)
+	require.Contains(t, ranges, "SEARCH s USING INDEX sqlite_autoindex_rheo_spans_1 (grp_id=? AND part=? AND lo<?)", "spans read by their key")
 	// The cursors of a fetch from several partitions are written row by
 	// row from the runs' JSON (the upsert finds each row by its key), never
 	// in a loop over the group's cursors.

@@ -187,6 +187,7 @@ type span struct {
 	leasedAt, expiresAt int64
 	done                string
 	digest              sql.NullInt64 // spanDigest of its members' event IDs (NULL before schema version 5)
+	rowid               int64         // SQLite's rowid, when read (see scanSpans)
 }
 
 // spanDigest is the digest a span keeps of its members' event IDs, given
@@ -240,16 +241,21 @@ func (s *Store) spans(ctx context.Context, t *writeTx, grp int64, parts []int, c
 	if err != nil {
 		return nil, err
 	}
-	return scanSpans(rows)
+	return scanSpans(rows, false)
 }
 
-// scanSpans reads the rows of spans' columns.
-func scanSpans(rows *sql.Rows) ([]span, error) {
+// scanSpans reads the rows of spans' columns, and SQLite's rowid after
+// them when rowid.
+func scanSpans(rows *sql.Rows, rowid bool) ([]span, error) {
 	defer rows.Close()
 	var out []span
 	for rows.Next() {
 		var sp span
-		if err := rows.Scan(&sp.part, &sp.lo, &sp.hi, &sp.token, &sp.attempt, &sp.consumer, &sp.leasedAt, &sp.expiresAt, &sp.done, &sp.digest); err != nil {
+		dest := []any{&sp.part, &sp.lo, &sp.hi, &sp.token, &sp.attempt, &sp.consumer, &sp.leasedAt, &sp.expiresAt, &sp.done, &sp.digest}
+		if rowid {
+			dest = append(dest, &sp.rowid)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		out = append(out, sp)
