@@ -526,8 +526,8 @@ func BenchmarkIDHashSize(b *testing.B) {
 }
 
 // BenchmarkWideServerTime measures the server's time (INFO commandstats:
-// EVALSHA, which counts the script's commands too) of a fetch of 100 and of
-// a lag read, on streams of 4 and 1,024 partitions, as the scale cases of
+// EVALSHA, which counts the script's commands too) of a fetch of 100, of
+// the ack of what it got and of a lag read, on streams of 4 and 1,024 partitions, as the scale cases of
 // `bench -scale` run them: each iteration appends 100 events with fresh
 // keys, fetches them, acks them and reads the lag. Run it against a Redis
 // no one else uses, as BenchmarkConsumerServerTime.
@@ -540,7 +540,7 @@ func BenchmarkWideServerTime(b *testing.B) {
 			require.NoError(b, c.CreateStream(ctx, "w", rheo.StreamConfig{Partitions: parts}))
 			require.NoError(b, c.CreateGroup(ctx, "w", "g", rheo.GroupConfig{}))
 			ms := make([]rheo.Message, 100)
-			var fetch, lag int64
+			var fetch, ack, lag int64
 			b.ResetTimer()
 			for i := range b.N {
 				for j := range ms {
@@ -558,9 +558,11 @@ func BenchmarkWideServerTime(b *testing.B) {
 				require.NoError(b, err)
 				s3 := commandStats(b, rc)
 				fetch += s1["evalsha"].usec - s0["evalsha"].usec
+				ack += s2["evalsha"].usec - s1["evalsha"].usec
 				lag += s3["evalsha"].usec - s2["evalsha"].usec
 			}
 			b.ReportMetric(float64(fetch)/float64(b.N), "fetch-server-µs")
+			b.ReportMetric(float64(ack)/float64(b.N), "ack-server-µs")
 			b.ReportMetric(float64(lag)/float64(b.N), "lag-server-µs")
 		})
 	}

@@ -99,7 +99,9 @@ func TestPendingEntriesOfEarlierVersions(t *testing.T) {
 	b, rc := newBackend(t)
 	c, clk, ls := leased(t, b, "log", "g", 2, 20, 5, time.Second, "w1")
 	ctx := context.Background()
-	// What an earlier version's fetch left beside the leases.
+	// A group an earlier version created (no dk field in m), and what its
+	// fetch left beside the leases.
+	require.NoError(t, rc.HDel(ctx, b.GroupKey("log", "g", "m"), "dk").Err())
 	for _, l := range ls {
 		require.NoError(t, rc.Do(ctx, "XCLAIM", fmt.Sprintf("%s{log}:s:%d", b.KeyPrefix(), l.Event.Partition), "g", "rheo", 0,
 			l.Receipt, "FORCE", "JUSTID").Err())

@@ -1281,6 +1281,10 @@ local woke = false
 -- (x:<p>), instead of once per partition; a nack or release in the batch
 -- may write exact due times, after which each partition is asked again.
 local anyc, anyx = true, true
+-- Only earlier versions' fetches (XREADGROUP without NOACK) left entries
+-- in the group's pending-entries list: a group this version created
+-- (field dk of m; one version per store) has none to remove.
+local pel = not redis.call('HGET', gb .. 'm', 'dk')
 if g > 1 then
   local cks, xks = {}, {}
   for gi = 1, g do
@@ -1359,10 +1363,10 @@ for gi = 1, g do
     unpin(dkey)
     if anyx then forget_exact(p, rm) end
     unready[#unready + 1] = {p, rm}
-    -- Only leases of stores written by earlier versions, which kept the
+    -- Only leases of groups written by earlier versions, which kept the
     -- group's pending-entries list, have an entry there to remove (XACK
     -- reads a bare sequence as the entry ID <sequence>-0).
-    bulk({'XACK', skey(p), group}, rm, 1000)
+    if pel then bulk({'XACK', skey(p), group}, rm, 1000) end
   end
   q = q + c
 end
