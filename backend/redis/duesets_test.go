@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,6 +46,41 @@ func TestFetchProbesOnlyListedDueSets(t *testing.T) {
 	t.Logf("due sets a fetch asked after: %d with the list, %d without", listed, unlisted)
 	require.LessOrEqual(t, listed, int64(4), "the partitions the fetch before leased from")
 	require.GreaterOrEqual(t, unlisted, int64(1024))
+}
+
+// TestSettleTakesEmptiedDueSetsOffTheList: a settle that empties a
+// partition's due set takes the partition off the group's list of those
+// that may have one (dk), so that the next fetch from every partition of a
+// wide stream does not ask after it; partitions still holding a lease stay
+// listed.
+func TestSettleTakesEmptiedDueSetsOffTheList(t *testing.T) {
+	ctx := context.Background()
+	rb, rc := newBackend(t)
+	be := &countingBackend{Backend: rb}
+	c := rheo.New(be)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	appendN(t, c, "s", 100, 100) // one event in each of partitions 0-99
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, ls, 100)
+	listed := func() []string {
+		ps, err := rc.SMembers(ctx, rb.GroupKey("s", "g", "dk")).Result()
+		require.NoError(t, err)
+		return ps
+	}
+	require.Len(t, listed(), 100, "every partition leased from is listed")
+	require.NoError(t, c.AckBatch(ctx, ls[1:]))
+	require.Equal(t, []string{fmt.Sprint(ls[0].Event.Partition)}, listed(), "the partition still holding a lease")
+	require.NoError(t, c.AckBatch(ctx, ls[:1]))
+	require.Empty(t, listed())
+	appendN(t, c, "s", 4, 4)
+	again, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, again, 4)
+	probes, err := rb.FetchDueProbes(ctx, "s")
+	require.NoError(t, err)
+	require.Zero(t, probes, "no due set left to ask after")
 }
 
 // unlist makes group g of stream s look created by an earlier version: no

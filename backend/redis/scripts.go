@@ -230,8 +230,11 @@ end
 -- cost time quadratic in the leases of the partition.
 local DUE_PIN = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~'
 local function unpin(dkey)
-  -- A due set holding only DUE_PIN goes, like an empty one.
-  if redis.call('ZCARD', dkey) == 1 then redis.call('ZREM', dkey, DUE_PIN) end
+  -- A due set holding only DUE_PIN goes, like an empty one. Returns
+  -- whether the set is gone.
+  local n = redis.call('ZCARD', dkey)
+  if n == 1 then redis.call('ZREM', dkey, DUE_PIN) end
+  return n <= 1
 end
 -- Times (µs since 1970) pass through the scripts as decimal strings. Past
 -- 2^53 µs (mid-2255; before 1685 below zero) a Lua number or a sorted
@@ -815,6 +818,7 @@ local used = 0
 local out = {}
 local nout = 0
 local ready = {} -- partition -> how many deliveries its ready set holds (false: not known yet)
+local dkadd = {} -- the partitions lease_fresh wrote a due set of, for dk
 local newdone = {}
 local setm = {}
 -- Field '*' of m bounds every watermark from above (only a fetch raises
@@ -997,7 +1001,7 @@ local function lease_fresh(p, ents)
   end
   bulk({'HSET', gb .. 'l:' .. p}, hset, 1000)
   bulk({'ZADD', gb .. 'd:' .. p, 'inf', DUE_PIN}, zadd, 1000)
-  redis.call('SADD', gb .. 'dk', p)
+  dkadd[#dkadd + 1] = p -- (added to dk at the end of the fetch)
   if not small(exp) then keep_exact(p, exp, flat_seqs(hset)) end
   out[nout + 1] = p; out[nout + 2] = first; out[nout + 3] = flat
   nout = nout + 3
@@ -1228,6 +1232,7 @@ if AC then
     if #left > 0 then bulk({'SREM', gb .. 'ab'}, left, 1000) end
   end
 end
+if #dkadd > 0 then bulk({'SADD', gb .. 'dk'}, dkadd, 1000) end
 flush_frontier()
 return out
 `
@@ -1275,6 +1280,7 @@ end
 local at = idlookup(ARGV, eb + 1, eb + n)
 local res = {}
 local unready = {} -- {partition, sequences settled for good}
+local dgone = {} -- the partitions whose due set the settle emptied, which leave dk
 local woke = false
 -- A batch over several partitions asks once whether any of them has claim
 -- records (c:<p>, written only by earlier versions) or exact due times
@@ -1360,7 +1366,7 @@ for gi = 1, g do
     if anyc then forget_claims(p, rm) end
     local dkey = gb .. 'd:' .. p
     bulk({'ZREM', dkey}, rm, 1000)
-    unpin(dkey)
+    if unpin(dkey) then dgone[#dgone + 1] = p end
     if anyx then forget_exact(p, rm) end
     unready[#unready + 1] = {p, rm}
     -- Only leases of groups written by earlier versions, which kept the
@@ -1382,6 +1388,7 @@ elseif #unready > 1 then
     for _, u in ipairs(unready) do bulk({'ZREM', gb .. 'a:' .. u[1]}, u[2], 1000) end
   end
 end
+if #dgone > 0 then bulk({'SREM', gb .. 'dk'}, dgone, 1000) end
 flush_frontier()
 if woke then wake() end
 return res
