@@ -67,7 +67,7 @@ func scaleCases(events, settled int) []scaleCase {
 func touchedCases() []scaleCase {
 	var out []scaleCase
 	for _, k := range []int{4, 16, 32, 64, 100} {
-		out = append(out, scaleCase{name: fmt.Sprintf("%d of 1,024 / of %d", k, k), parts: 1024, groups: 1, events: 1000, active: k, smallParts: k})
+		out = append(out, scaleCase{name: fmt.Sprintf("%d touched, of %d / of 1,024", k, k), parts: 1024, groups: 1, events: 1000, active: k, smallParts: k})
 	}
 	return out
 }
