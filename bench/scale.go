@@ -48,13 +48,13 @@ type scaleCase struct {
 
 func scaleCases(events, settled int) []scaleCase {
 	return []scaleCase{
-		{"1,000 groups", 4, 1000, 1000, "", 0, 0, false},
-		{"1,024 partitions", 1024, 1, 1000, "", 0, 0, false},
-		{"1,024 partitions, 4 active", 1024, 1, 1000, "", 4, 0, false},
-		{fmt.Sprintf("%s events", thousands(events)), 4, 1, events, "", 0, 0, false},
-		{fmt.Sprintf("%s reopened", thousands(settled)), 4, 1, settled, "reopened", 0, 0, false},
-		{fmt.Sprintf("%s delayed", thousands(settled)), 4, 1, settled, "delayed", 0, 0, false},
-		{fmt.Sprintf("%s expired", thousands(settled)), 4, 1, settled, "expired", 0, 0, false},
+		{name: "1,000 groups", parts: 4, groups: 1000, events: 1000},
+		{name: "1,024 partitions", parts: 1024, groups: 1, events: 1000},
+		{name: "1,024 partitions, 4 active", parts: 1024, groups: 1, events: 1000, active: 4},
+		{name: fmt.Sprintf("%s events", thousands(events)), parts: 4, groups: 1, events: events},
+		{name: fmt.Sprintf("%s reopened", thousands(settled)), parts: 4, groups: 1, events: settled, settled: "reopened"},
+		{name: fmt.Sprintf("%s delayed", thousands(settled)), parts: 4, groups: 1, events: settled, settled: "delayed"},
+		{name: fmt.Sprintf("%s expired", thousands(settled)), parts: 4, groups: 1, events: settled, settled: "expired"},
 	}
 }
 

@@ -22,17 +22,10 @@ func TestFetchReadsOnlyAppendedPartitions(t *testing.T) {
 	// group and its third one read, each after 100 new events in
 	// partitions 0 to 3 of a stream of parts partitions.
 	streams := func(parts int) (first, steady int64) {
-		rb, _ := newBackend(t)
-		be := &countingBackend{Backend: rb}
-		c := rheo.New(be)
-		require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: parts}))
-		require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+		rb, _, c := countedGroup(t, parts)
 		for round := range 3 {
 			appendN(t, c, "s", 4, 100)
-			ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
-			require.NoError(t, err)
-			require.Len(t, ls, 100)
-			require.NoError(t, c.AckBatch(ctx, ls))
+			fetchAck100(t, c)
 			n, err := rb.FetchStreams(ctx, "s")
 			require.NoError(t, err)
 			if round == 0 {
@@ -136,11 +129,7 @@ func TestFetchFromSomePartitionsKeepsTheRestFound(t *testing.T) {
 // event leased is its last appended).
 func TestFetchReadsASpreadPartitionOnce(t *testing.T) {
 	ctx := context.Background()
-	rb, _ := newBackend(t)
-	be := &countingBackend{Backend: rb}
-	c := rheo.New(be)
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	rb, _, c := countedGroup(t, 1024)
 	n := 0
 	for round := range 4 {
 		msgs := make([]rheo.Message, 100)
@@ -154,10 +143,7 @@ func TestFetchReadsASpreadPartitionOnce(t *testing.T) {
 		for _, e := range evs {
 			parts[e.Partition] = true
 		}
-		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
-		require.NoError(t, err)
-		require.Len(t, ls, 100)
-		require.NoError(t, c.AckBatch(ctx, ls))
+		fetchAck100(t, c)
 		read, err := rb.FetchStreams(ctx, "s")
 		require.NoError(t, err)
 		t.Logf("round %d: %d partitions appended to, %d streams read", round, len(parts), read)

@@ -22,21 +22,15 @@ import (
 func TestFetchProbesOnlyListedDueSets(t *testing.T) {
 	ctx := context.Background()
 	probes := func(listed bool) int64 {
-		rb, rc := newBackend(t)
-		be := &countingBackend{Backend: rb}
-		c := rheo.New(be)
-		require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
-		require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+		rb, rc, c := countedGroup(t, 1024)
 		if !listed {
 			unlist(t, rb, rc, "g")
 		}
 		var n int64
 		for range 3 {
 			appendN(t, c, "s", 4, 100)
-			ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
-			require.NoError(t, err)
-			require.Len(t, ls, 100)
-			require.NoError(t, c.AckBatch(ctx, ls))
+			fetchAck100(t, c)
+			var err error
 			n, err = rb.FetchDueProbes(ctx, "s")
 			require.NoError(t, err)
 		}
@@ -55,11 +49,7 @@ func TestFetchProbesOnlyListedDueSets(t *testing.T) {
 // listed.
 func TestSettleTakesEmptiedDueSetsOffTheList(t *testing.T) {
 	ctx := context.Background()
-	rb, rc := newBackend(t)
-	be := &countingBackend{Backend: rb}
-	c := rheo.New(be)
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	rb, rc, c := countedGroup(t, 1024)
 	appendN(t, c, "s", 100, 100) // one event in each of partitions 0-99
 	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
 	require.NoError(t, err)

@@ -33,6 +33,31 @@ func (c *countingBackend) Fetch(ctx context.Context, r rheo.FetchRequest) ([]rhe
 	return ls, err
 }
 
+// countedGroup creates, on a backend of its own fetched through
+// countingBackend (so that its FetchStreams and FetchDueProbes count),
+// stream "s" of parts partitions and its group "g".
+func countedGroup(t *testing.T, parts int) (*redis.Backend, goredis.UniversalClient, *rheo.Client) {
+	t.Helper()
+	ctx := context.Background()
+	rb, rc := newBackend(t)
+	c := rheo.New(&countingBackend{Backend: rb})
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: parts}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	return rb, rc, c
+}
+
+// fetchAck100 fetches 100 leases of group "g" of stream "s", which must
+// all be there, and acks them.
+func fetchAck100(t *testing.T, c *rheo.Client) []rheo.Lease {
+	t.Helper()
+	ctx := context.Background()
+	ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, ls, 100)
+	require.NoError(t, c.AckBatch(ctx, ls))
+	return ls
+}
+
 // backlogFetchCost builds a group with a backlog of n deliveries of one kind
 // on one partition (reopened: acked, then replayed; expired: leases that
 // expired; due: nacked with a delay that has passed), claims the first 10

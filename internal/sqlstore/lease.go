@@ -703,17 +703,20 @@ func (j jsonBuf) next(open byte) jsonBuf {
 	return append(j, ',')
 }
 
+// key opens the object or separates its next member, and writes key p.
+func (j jsonBuf) key(p int) jsonBuf { return append(j.keyOpen(p), '"', ':') }
+
 // pairKey is key with the key "p:v", whose integers SQL reads as
 // CAST(key AS INTEGER) (the longest prefix that is one) and
 // CAST(substr(key, instr(key, ':') + 1) AS INTEGER).
 func (j jsonBuf) pairKey(p int, v int64) jsonBuf {
-	j = strconv.AppendInt(append(j.next('{'), '"'), int64(p), 10)
-	return append(strconv.AppendInt(append(j, ':'), v, 10), '"', ':')
+	return append(strconv.AppendInt(append(j.keyOpen(p), ':'), v, 10), '"', ':')
 }
 
-// key opens the object or separates its next member, and writes key p.
-func (j jsonBuf) key(p int) jsonBuf {
-	return append(strconv.AppendInt(append(j.next('{'), '"'), int64(p), 10), '"', ':')
+// keyOpen opens the object or separates its next member, and writes the
+// start of a key: its quote and p.
+func (j jsonBuf) keyOpen(p int) jsonBuf {
+	return strconv.AppendInt(append(j.next('{'), '"'), int64(p), 10)
 }
 
 func (j jsonBuf) int(v int64) jsonBuf { return strconv.AppendInt(j, v, 10) }
