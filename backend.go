@@ -77,8 +77,12 @@ type Backend interface {
 	Settle(ctx context.Context, stream, group string, reqs []SettleRequest, now time.Time) ([]error, error)
 
 	// Lag reports frontier and high watermark of every partition, in
-	// partition order. The facade computes Lag and Total.
-	Lag(ctx context.Context, stream, group string) ([]PartitionLag, error)
+	// partition order, or with partitions not nil of those only: they come
+	// sorted and distinct, each below the partition count the caller last
+	// read, and one the stream no longer has is left out. What a read
+	// costs grows with the partitions it reports, not with those the
+	// stream holds. The facade computes Lag and Total.
+	Lag(ctx context.Context, stream, group string, partitions []int) ([]PartitionLag, error)
 	// GroupStats counts the group's leases, available deliveries and dead
 	// letters (see GroupInfo for their meaning).
 	GroupStats(ctx context.Context, stream, group string, now time.Time) (GroupStats, error)

@@ -361,7 +361,7 @@ func (c *Client) ResetGroup(ctx context.Context, stream, group string, opts Rese
 	if err != nil {
 		// A missing group is reported before anything about the start, as
 		// Replay does (checked only here, off the usual path).
-		if _, lerr := c.b.Lag(ctx, stream, group); errors.Is(lerr, ErrGroupNotFound) {
+		if _, lerr := c.b.Lag(ctx, stream, group, []int{0}); errors.Is(lerr, ErrGroupNotFound) {
 			return 0, lerr
 		}
 		return 0, err

@@ -2,7 +2,6 @@ package rheo
 
 import (
 	"context"
-	"slices"
 )
 
 // Lag is a group's honest progress: measured from the committed frontier, never
@@ -27,7 +26,8 @@ type PartitionLag struct {
 }
 
 // Lag reports the group's frontier, high watermark and lag per partition (all
-// partitions, or those given) and their total.
+// partitions, or those given) and their total. A read of given partitions
+// costs what they do, however many the stream holds.
 func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...int) (Lag, error) {
 	if err := c.check(); err != nil {
 		return Lag{}, err
@@ -45,25 +45,29 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 	if err != nil {
 		return Lag{}, err
 	}
-	all, err := c.b.Lag(ctx, stream, group)
+	got, err := c.b.Lag(ctx, stream, group, parts)
 	if err != nil {
 		return Lag{}, err
 	}
-	for _, p := range parts {
-		if p >= len(all) {
-			// The cached count was out of date: another process made
-			// the stream again with fewer partitions.
-			c.streams.Delete(stream)
-			return Lag{}, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, len(all))
+	if parts != nil && len(got) < len(parts) {
+		// The cached count was out of date: another process made the
+		// stream again with fewer partitions.
+		c.streams.Delete(stream)
+		n, _, err := c.cachedPartitionCount(ctx, stream)
+		if err != nil {
+			return Lag{}, err
 		}
-	}
-	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(all))}
-	for _, pl := range all {
-		if parts != nil {
-			if _, ok := slices.BinarySearch(parts, pl.Partition); !ok {
-				continue
+		p := parts[len(parts)-1]
+		for i, pl := range got {
+			if pl.Partition != parts[i] {
+				p = parts[i]
+				break
 			}
 		}
+		return Lag{}, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, n)
+	}
+	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(got))}
+	for _, pl := range got {
 		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
 		lag.Total += pl.Lag
 		lag.Partitions = append(lag.Partitions, pl)

@@ -78,8 +78,9 @@ func (c *Client) Replay(ctx context.Context, stream, group string, from Replay, 
 	if err != nil {
 		return 0, err
 	}
-	// Report a missing group before anything about the range.
-	if _, err := c.b.Lag(ctx, stream, group); err != nil {
+	// Report a missing group before anything about the range (a lag read
+	// of one partition: the cheapest read that checks the group).
+	if _, err := c.b.Lag(ctx, stream, group, parts[:1]); err != nil {
 		return 0, err
 	}
 	req := ReplayRequest{Stream: stream, Group: group}

@@ -258,7 +258,7 @@ func (c *Client) frontiers(ctx context.Context, stream string) (streamFrontiers,
 	}
 	fr := streamFrontiers{byGroup: make(map[string][]int64, len(groups))}
 	for _, g := range groups {
-		lag, err := c.b.Lag(ctx, stream, g)
+		lag, err := c.b.Lag(ctx, stream, g, nil)
 		if err != nil {
 			if notFound(err) {
 				continue // deleted meanwhile

@@ -117,12 +117,15 @@ type diffGroup struct {
 
 // diff is one seeded run.
 type diff struct {
-	t        *testing.T
-	ctx      context.Context
-	seed     uint64
-	steps    int
-	step     int
-	rng      *rand.Rand
+	t     *testing.T
+	ctx   context.Context
+	seed  uint64
+	steps int
+	step  int
+	rng   *rand.Rand
+	// lagRng picks compareLagOf's partitions, apart from rng so that a
+	// seed's operations stay what they were before it existed.
+	lagRng   *rand.Rand
 	ref, sut side
 
 	stream     string
@@ -148,7 +151,7 @@ func newDiff(t *testing.T, seed uint64, steps int, f, ref Factory) *diff {
 	}
 	return &diff{
 		t: t, ctx: context.Background(), seed: seed, steps: steps,
-		rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+		rng: rand.New(rand.NewPCG(seed, 0x5eed)), lagRng: rand.New(rand.NewPCG(seed, 0x1a9)),
 		ref: mk(ref), sut: mk(f),
 		refToSut: map[string]string{}, sutToRef: map[string]string{},
 	}
@@ -835,6 +838,7 @@ func (d *diff) compareState() {
 			!slices.Equal(ref.Lag.Partitions, sut.Lag.Partitions) {
 			d.failf("group %s: reference %s, store %s", g.name, infoString(ref), infoString(sut))
 		}
+		d.compareLagOf(g.name, sut.Lag)
 		rdl, sdl, re, se := both(d, func(s side, _ bool) ([]rheo.DeadLetter, error) {
 			return s.c.DeadLetters(d.ctx, d.stream, g.name, rheo.DeadLetterOptions{Limit: rheo.MaxLimit})
 		})
@@ -854,6 +858,39 @@ func (d *diff) compareState() {
 			}
 			d.sameEvent("dead letter event", r.Event, s.Event)
 		}
+	}
+}
+
+// compareLagOf reads the lag of a random subset of the partitions (given
+// out of order, one twice) on both sides: the store's must equal the
+// reference's, and the rows of those partitions in the store's full lag.
+func (d *diff) compareLagOf(group string, full rheo.Lag) {
+	d.t.Helper()
+	var ps []int
+	for len(ps) == 0 {
+		for p := range d.partitions {
+			if d.lagRng.IntN(2) == 0 {
+				ps = append(ps, p)
+			}
+		}
+	}
+	slices.Reverse(ps)
+	ps = append(ps, ps[0])
+	ref, sut, re, se := both(d, func(s side, _ bool) (rheo.Lag, error) {
+		return s.c.Lag(d.ctx, d.stream, group, ps...)
+	})
+	d.sameErr("lag of partitions", re, se)
+	var want []rheo.PartitionLag
+	var total int64
+	for _, pl := range full.Partitions {
+		if slices.Contains(ps, pl.Partition) {
+			want = append(want, pl)
+			total += pl.Lag
+		}
+	}
+	if !slices.Equal(ref.Partitions, sut.Partitions) || ref.Total != sut.Total ||
+		!slices.Equal(sut.Partitions, want) || sut.Total != total {
+		d.failf("lag of %s, partitions %v: reference %v, store %v; store's full lag %v", group, ps, ref, sut, full.Partitions)
 	}
 }
 

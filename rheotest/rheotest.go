@@ -230,16 +230,29 @@ func (e *env) lag(s, g string) rheo.Lag {
 	return lag
 }
 
-// requireLag checks partition p's frontier and high watermark.
+// requireLag checks partition p's frontier and high watermark, read with
+// the group's whole lag, and that reads of given partitions agree: of p
+// alone, and of every partition named (in reverse order, one twice). The
+// group must be still meanwhile.
 func (e *env) requireLag(s, g string, p int, frontier, hw int64) {
 	e.t.Helper()
 	lag := e.lag(s, g)
+	all := make([]int, len(lag.Partitions))
+	for i := range all {
+		all[i] = len(all) - 1 - i
+	}
+	named, err := e.c.Lag(e.ctx, s, g, append(all, p)...)
+	require.NoError(e.t, err)
+	require.Equal(e.t, lag, named, "lag of every partition, named")
 	require.Greater(e.t, len(lag.Partitions), p)
 	pl := lag.Partitions[p]
 	require.Equal(e.t, p, pl.Partition)
 	require.Equal(e.t, frontier, pl.Frontier, "frontier of partition %d", p)
 	require.Equal(e.t, hw, pl.HighWatermark, "high watermark of partition %d", p)
 	require.Equal(e.t, hw-frontier, pl.Lag)
+	one, err := e.c.Lag(e.ctx, s, g, p)
+	require.NoError(e.t, err)
+	require.Equal(e.t, rheo.Lag{Stream: s, Group: g, Partitions: []rheo.PartitionLag{pl}, Total: pl.Lag}, one, "lag of partition %d alone", p)
 }
 
 func (e *env) info(s, g string) rheo.GroupInfo {

@@ -8,16 +8,28 @@ import (
 )
 
 // Lag implements rheo.Backend.
-func (b *Backend) Lag(_ context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+func (b *Backend) Lag(_ context.Context, stream, group string, partitions []int) ([]rheo.PartitionLag, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	s, g, err := b.group(stream, group)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]rheo.PartitionLag, len(g.parts))
-	for p, gp := range g.parts {
-		out[p] = rheo.PartitionLag{Partition: p, Frontier: gp.frontier(), HighWatermark: s.parts[p].len()}
+	one := func(p int) rheo.PartitionLag {
+		return rheo.PartitionLag{Partition: p, Frontier: g.parts[p].frontier(), HighWatermark: s.parts[p].len()}
+	}
+	if partitions == nil {
+		out := make([]rheo.PartitionLag, len(g.parts))
+		for p := range g.parts {
+			out[p] = one(p)
+		}
+		return out, nil
+	}
+	out := make([]rheo.PartitionLag, 0, len(partitions))
+	for _, p := range partitions {
+		if p >= 0 && p < len(g.parts) {
+			out = append(out, one(p))
+		}
 	}
 	return out, nil
 }

@@ -599,7 +599,7 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 }
 
 // Lag implements rheo.Backend.
-func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+func (b *Backend) Lag(ctx context.Context, stream, group string, partitions []int) ([]rheo.PartitionLag, error) {
 	s, g, err := b.group(ctx, stream, group)
 	if err != nil {
 		return nil, err
@@ -608,13 +608,22 @@ func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.Partiti
 	if err != nil {
 		return nil, err
 	}
-	out := make([]rheo.PartitionLag, s.Partitions)
-	for p := range out {
+	if partitions == nil {
+		partitions = make([]int, s.Partitions)
+		for p := range partitions {
+			partitions[p] = p
+		}
+	}
+	out := make([]rheo.PartitionLag, 0, len(partitions))
+	for _, p := range partitions {
+		if p < 0 || p >= s.Partitions {
+			continue // the stream has fewer partitions now
+		}
 		_, st, err := b.state(ctx, g, p)
 		if err != nil {
 			return nil, err
 		}
-		out[p] = rheo.PartitionLag{Partition: p, Frontier: st.frontier(), HighWatermark: hw[p]}
+		out = append(out, rheo.PartitionLag{Partition: p, Frontier: st.frontier(), HighWatermark: hw[p]})
 	}
 	return out, nil
 }

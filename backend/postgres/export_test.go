@@ -82,3 +82,7 @@ func (b *Backend) SetOtherReceiptSQLForTest(q string) { b.otherReceiptSQL = q }
 // LagSQLForTest is the statement Lag runs (arguments: the group's id and
 // its stream's).
 func (b *Backend) LagSQLForTest() string { return b.sqlf(lagSQL) }
+
+// LagPartsSQLForTest is the statement Lag runs for given partitions
+// (arguments: the group's id, its stream's and the partitions).
+func (b *Backend) LagPartsSQLForTest() string { return b.sqlf(lagPartsSQL) }

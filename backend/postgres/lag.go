@@ -51,17 +51,32 @@ LEFT JOIN ps ON ps.part = g.part
 WHERE g.grp_id = $1
 ORDER BY g.part`
 
+// lagPartsSQL reads what lagSQL does for the partitions of array $3: the
+// lowest pending sequences are looked up once per partition asked for, and
+// the cursors and high watermarks by their keys (or, where the tables are
+// a few pages, by the scan the planner finds cheaper).
+const lagPartsSQL = `
+SELECT g.part, g.offered, p.hwm,
+	(SELECT d.seq FROM {S}rheo_deliveries d
+	WHERE d.grp_id = $1 AND d.part = g.part AND d.status < 2 ORDER BY d.seq LIMIT 1),
+	(SELECT s.low FROM {S}rheo_spans s
+	WHERE s.grp_id = $1 AND s.part = g.part AND s.pending > 0 ORDER BY s.lo LIMIT 1)
+FROM {S}rheo_group_parts g
+JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+WHERE g.grp_id = $1 AND g.part = ANY($3::int[])
+ORDER BY g.part`
+
 // Lag implements rheo.Backend in one statement on the group's cached ids.
 // A group that is gone has no cursor rows, so a statement on stale ids
 // finds none: the names are then resolved again (moved), which also tells
 // a missing stream from a missing group.
-func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+func (b *Backend) Lag(ctx context.Context, stream, group string, partitions []int) ([]rheo.PartitionLag, error) {
 	for attempt := 0; ; attempt++ {
 		g, err := b.group(ctx, stream, group)
 		if err != nil {
 			return nil, err
 		}
-		out, err := b.lag(ctx, g)
+		out, err := b.lag(ctx, g, partitions)
 		if err != nil {
 			return nil, classify(err, false, "postgres: lag of group %q of stream %q", group, stream)
 		}
@@ -74,14 +89,17 @@ func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.Partiti
 	}
 }
 
-func (b *Backend) lag(ctx context.Context, g groupRef) ([]rheo.PartitionLag, error) {
-	q := b.sqlf(lagSQL)
+func (b *Backend) lag(ctx context.Context, g groupRef, partitions []int) ([]rheo.PartitionLag, error) {
+	q, args, n := b.sqlf(lagSQL), []any{g.id, g.streamID}, g.parts
+	if partitions != nil {
+		q, args, n = b.sqlf(lagPartsSQL), append(args, partitions), len(partitions)
+	}
 	for attempt := 0; ; attempt++ {
-		out := make([]rheo.PartitionLag, 0, g.parts)
+		out := make([]rheo.PartitionLag, 0, n)
 		var part int32
 		var offered, hwm int64
 		var pending, spanned sql.NullInt64
-		rows, err := b.pool.Query(ctx, q, g.id, g.streamID)
+		rows, err := b.pool.Query(ctx, q, args...)
 		if err == nil {
 			_, err = pgx.ForEachRow(rows, []any{&part, &offered, &hwm, &pending, &spanned}, func() error {
 				out = append(out, sqlstore.PartitionLag(int(part), offered, hwm, pending, spanned))

@@ -77,7 +77,7 @@ func TestReadsRunOnPgxsStatementCache(t *testing.T) {
 // pending sequence is looked up in those three (a lookup that runs once
 // per partition of the group is the cost Lag had on many partitions), and
 // Lag reports each partition's frontier as the lowest pending lease
-// leaves it.
+// leaves it. A read of four partitions looks up only those four.
 func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 	testPool(t)
 	ctx := context.Background()
@@ -133,6 +133,23 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 			loops, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n), ")"))
 			require.NoError(t, err, l)
 			require.LessOrEqual(t, loops, 4, "a lookup runs per partition of the group:\n%s", text)
+		}
+	}
+
+	// A read of given partitions returns their rows of the whole read,
+	// and looks up the lowest pending sequences once per partition asked
+	// for.
+	of, err := c.Lag(ctx, "s", "g", 200, 3, 70, 9)
+	require.NoError(t, err)
+	require.Equal(t, rheo.Lag{Stream: "s", Group: "g", Total: 5, Partitions: []rheo.PartitionLag{
+		lag.Partitions[3], lag.Partitions[9], lag.Partitions[70], lag.Partitions[200]}}, of)
+	lines = explain(t, be, "", be.LagPartsSQLForTest(), gid, sid, []int{3, 9, 70, 200})
+	text = strings.Join(lines, "\n")
+	for _, l := range lines {
+		if _, n, ok := strings.Cut(l, "loops="); ok && (strings.Contains(l, "rheo_deliveries") || strings.Contains(l, "rheo_spans")) {
+			loops, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n), ")"))
+			require.NoError(t, err, l)
+			require.LessOrEqual(t, loops, 4, "a lookup runs per partition asked for:\n%s", text)
 		}
 	}
 }

@@ -560,16 +560,23 @@ func (b *Backend) Settle(ctx context.Context, stream, group string, reqs []rheo.
 
 // Lag implements rheo.Backend: the script checks the group and finds the
 // lowest reopened sequences; the high watermarks and the frontiers, a
-// field per partition each, are read in the same transaction by HGETALL,
-// so that they reach the client without a passage through Lua (which
-// turns each field into a Lua string and back, the bulk of a lag read on
-// many partitions).
-func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+// field per partition each, are read in the same transaction by HGETALL
+// (HMGET of the partitions asked for), so that they reach the client
+// without a passage through Lua (which turns each field into a Lua string
+// and back, the bulk of a lag read on many partitions).
+func (b *Backend) Lag(ctx context.Context, stream, group string, partitions []int) ([]rheo.PartitionLag, error) {
 	base := b.streamBase(stream)
 	gb := groupBase(base, group)
 	keys := []string{b.metaKey(base)}
+	var fields []string
+	if partitions != nil {
+		fields = make([]string, len(partitions))
+		for i, p := range partitions {
+			fields[i] = strconv.Itoa(p)
+		}
+	}
 	var sc *goredis.Cmd
-	var hw, fr *goredis.MapStringStringCmd
+	var hw, fr func() map[string]string
 	var err error
 	for attempt := range 2 {
 		pipe := b.c.TxPipeline()
@@ -578,8 +585,7 @@ func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.Partiti
 		} else {
 			sc = lagScript.Eval(ctx, pipe, keys, base, gb, group)
 		}
-		hw = pipe.HGetAll(ctx, base+"hw")
-		fr = pipe.HGetAll(ctx, gb+"f")
+		hw, fr = hashFields(ctx, pipe, base+"hw", fields), hashFields(ctx, pipe, gb+"f", fields)
 		_, err = pipe.Exec(ctx)
 		if err == nil || attempt > 0 || !goredis.HasErrorPrefix(sc.Err(), "NOSCRIPT") {
 			break
@@ -599,32 +605,77 @@ func (b *Backend) Lag(ctx context.Context, stream, group string) ([]rheo.Partiti
 		return nil, rheo.Errorf(rheo.ErrBackendUnavailable, "redis: lag of group %q of stream %q: malformed reply", group, stream)
 	}
 	n, _ := toInt(r[0])
-	out := make([]rheo.PartitionLag, n)
-	for p := range out {
-		out[p].Partition = p
+	// out holds every partition, or those asked for that the stream has
+	// (sorted); at finds a partition's place in it.
+	var out []rheo.PartitionLag
+	at := func(p int64) *rheo.PartitionLag {
+		if p < 0 || p >= n {
+			return nil
+		}
+		if partitions == nil {
+			return &out[p]
+		}
+		i, ok := slices.BinarySearchFunc(out, int(p), func(l rheo.PartitionLag, p int) int { return l.Partition - p })
+		if !ok {
+			return nil
+		}
+		return &out[i]
 	}
-	fields := func(m map[string]string, set func(l *rheo.PartitionLag, x int64)) {
-		for k, v := range m {
-			p, err1 := strconv.ParseInt(k, 10, 64)
-			x, err2 := strconv.ParseInt(v, 10, 64)
-			if err1 == nil && err2 == nil && p >= 0 && p < n {
-				set(&out[p], x)
+	if partitions == nil {
+		out = make([]rheo.PartitionLag, n)
+		for p := range out {
+			out[p].Partition = p
+		}
+	} else {
+		out = make([]rheo.PartitionLag, 0, len(partitions))
+		for _, p := range partitions {
+			if int64(p) < n {
+				out = append(out, rheo.PartitionLag{Partition: p})
 			}
 		}
 	}
-	fields(hw.Val(), func(l *rheo.PartitionLag, x int64) { l.HighWatermark = x })
-	fields(fr.Val(), func(l *rheo.PartitionLag, x int64) { l.Frontier = x })
+	set := func(m map[string]string, set func(l *rheo.PartitionLag, x int64)) {
+		for k, v := range m {
+			p, err1 := strconv.ParseInt(k, 10, 64)
+			x, err2 := strconv.ParseInt(v, 10, 64)
+			if l := at(p); err1 == nil && err2 == nil && l != nil {
+				set(l, x)
+			}
+		}
+	}
+	set(hw(), func(l *rheo.PartitionLag, x int64) { l.HighWatermark = x })
+	set(fr(), func(l *rheo.PartitionLag, x int64) { l.Frontier = x })
 	// Flat (partition, lowest reopened sequence m) pairs: m bounds the
 	// frontier below it.
 	a, _ := r[1].([]any)
 	for i := 0; i+1 < len(a); i += 2 {
 		p, err1 := toInt(a[i])
 		m, err2 := toInt(a[i+1])
-		if err1 == nil && err2 == nil && p >= 0 && p < n {
-			out[p].Frontier = min(out[p].Frontier, m-1)
+		if l := at(p); err1 == nil && err2 == nil && l != nil {
+			l.Frontier = min(l.Frontier, m-1)
 		}
 	}
 	return out, nil
+}
+
+// hashFields queues on pipe a read of the hash at key, of every field
+// (fields nil) or of those given, and returns what will read the result,
+// field by field, once pipe has run.
+func hashFields(ctx context.Context, pipe goredis.Pipeliner, key string, fields []string) func() map[string]string {
+	if fields == nil {
+		c := pipe.HGetAll(ctx, key)
+		return c.Val
+	}
+	c := pipe.HMGet(ctx, key, fields...)
+	return func() map[string]string {
+		m := make(map[string]string, len(fields))
+		for i, v := range c.Val() {
+			if s, ok := v.(string); ok {
+				m[fields[i]] = s
+			}
+		}
+		return m
+	}
 }
 
 // GroupStats implements rheo.Backend.

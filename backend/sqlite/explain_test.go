@@ -146,6 +146,15 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			require.Contains(t, []string{"SCAN pd", "SCAN ps", "SCAN CONSTANT ROW"}, line, "lag:\n%s", lag)
 		}
 	}
+	// Lag of given partitions walks their list and reads each by the keys
+	// of every table: the list is the only scan, and the outer loop.
+	lagOf := plan(t, db, sqlstore.LagPartsSQL, "[0,2]", 1, 1)
+	t.Logf("lag of partitions:\n%s", lagOf)
+	require.True(t, strings.HasPrefix(lagOf, "SCAN j VIRTUAL TABLE"), "lag of partitions:\n%s", lagOf)
+	require.Equal(t, 1, strings.Count(lagOf, "SCAN "), "lag of partitions:\n%s", lagOf)
+	for _, table := range []string{"g", "p", "d", "s"} {
+		require.Contains(t, lagOf, "SEARCH "+table+" USING", "lag of partitions:\n%s", lagOf)
+	}
 	// The spans of a settle over many partitions are read and deleted per
 	// partition named, never by a walk of the group's spans.
 	for _, name := range []string{"settle spans, ranges", "settle span deletes"} {

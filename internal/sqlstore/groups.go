@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -174,6 +175,22 @@ const LagSQL = "WITH RECURSIVE " +
 	"UNION ALL SELECT 2, ps.part, (SELECT s.low FROM rheo_spans s WHERE s.grp_id = ? " +
 	"AND s.part = ps.part AND s.pending > 0 ORDER BY s.lo LIMIT 1), NULL FROM ps WHERE ps.part IS NOT NULL"
 
+// LagPartsSQL reads what LagSQL does for the partitions given as a JSON
+// array (arguments: the array, the group's id, its stream's id), one row
+// per partition the group and the stream both have: partition, cursor,
+// high watermark, the lowest pending sequence of its delivery rows and of
+// its spans' members (NULL when none). Each is a probe of a key, so a read
+// of k partitions costs k probes of each table, whatever the stream holds:
+// CROSS JOIN holds SQLite to that order (left to itself, it walked every
+// cursor of the group and every stream's counters, then the list). The
+// rows come in the list's order, sorted as the caller gives it.
+const LagPartsSQL = "SELECT g.part, g.offered, p.hwm, " +
+	"(SELECT MIN(d.seq) FROM rheo_deliveries d WHERE d.grp_id = g.grp_id AND d.part = g.part AND d.status < 2), " +
+	"(SELECT s.low FROM rheo_spans s WHERE s.grp_id = g.grp_id AND s.part = g.part AND s.pending > 0 ORDER BY s.lo LIMIT 1) " +
+	"FROM json_each(?) j " +
+	"CROSS JOIN rheo_group_parts g ON g.grp_id = ? AND g.part = j.value " +
+	"CROSS JOIN rheo_partitions p ON p.stream_id = ? AND p.part = j.value"
+
 // frontier is the committed frontier of a partition: the sequence before
 // the lowest pending one, of a delivery row or of a span's member, or the
 // cursor when none is pending.
@@ -199,22 +216,57 @@ func PartitionLag(part int, offered, hwm int64, pending, spanned sql.NullInt64) 
 // has cached for the stream and the group. A group that is gone has no
 // cursor rows, so a statement on stale ids finds none: the ids are then
 // looked up again, which also tells a missing stream from a missing group.
-func (s *Store) Lag(ctx context.Context, stream, group string) ([]rheo.PartitionLag, error) {
+func (s *Store) Lag(ctx context.Context, stream, group string, partitions []int) ([]rheo.PartitionLag, error) {
 	x := s.reader()
+	read := func(ref streamRef, g groupRef) ([]rheo.PartitionLag, error) {
+		if partitions != nil {
+			return s.lagOf(ctx, x, ref.id, g.id, partitions)
+		}
+		return s.lag(ctx, x, ref.id, g.id)
+	}
 	ref, g, err := s.cachedGroup(ctx, x, stream, group)
 	if err != nil {
 		return nil, s.classify(err, "lag of group %q", group)
 	}
-	out, err := s.lag(ctx, x, ref.id, g.id)
+	out, err := read(ref, g)
 	if err == nil && len(out) == 0 {
 		if ref, g, err = s.group(ctx, x, stream, group); err == nil {
-			out, err = s.lag(ctx, x, ref.id, g.id)
+			out, err = read(ref, g)
 		}
 	}
 	if err != nil {
 		return nil, s.classify(err, "lag of group %q", group)
 	}
 	return out, nil
+}
+
+// lagOf is lag for the given partitions (LagPartsSQL).
+func (s *Store) lagOf(ctx context.Context, x execer, streamID, groupID int64, partitions []int) ([]rheo.PartitionLag, error) {
+	list := make([]byte, 0, 8*len(partitions))
+	list = append(list, '[')
+	for i, p := range partitions {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		list = strconv.AppendInt(list, int64(p), 10)
+	}
+	list = append(list, ']')
+	rows, err := x.query(ctx, LagPartsSQL, string(list), groupID, streamID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]rheo.PartitionLag, 0, len(partitions))
+	for rows.Next() {
+		var part int
+		var offered, hwm int64
+		var pending, spanned sql.NullInt64
+		if err := rows.Scan(&part, &offered, &hwm, &pending, &spanned); err != nil {
+			return nil, err
+		}
+		out = append(out, PartitionLag(part, offered, hwm, pending, spanned))
+	}
+	return out, rows.Err()
 }
 
 func (s *Store) lag(ctx context.Context, x execer, streamID, groupID int64) ([]rheo.PartitionLag, error) {
