@@ -154,7 +154,8 @@ type config struct {
 	scaleEvents  int
 	scaleCycles  int
 	scaleSettled int
-	walCost      int // with -scale-wal: events of the long stream
+	walCost      int  // with -scale-wal: events of the long stream
+	scaleBare    bool // the bare key-index baseline instead of the pairs (keyindex.go)
 }
 
 func main() {
@@ -178,6 +179,7 @@ func main() {
 	flag.IntVar(&cfg.scaleEvents, "scale-events", 10000000, "events of the long stream of -scale")
 	flag.IntVar(&cfg.scaleSettled, "scale-settled", 100000, "events the measured group of -scale leaves reopened (by a Replay) or delayed (nacked for a day) in the two settled cases")
 	flag.IntVar(&cfg.scaleCycles, "scale-cycles", 200, "measured cycles per case of -scale")
+	flag.BoolVar(&cfg.scaleBare, "scale-bare", false, "instead of the pairs: time a multi-row INSERT of 100 rows into bare SQLite and PostgreSQL tables of 1,000 and of -scale-events rows, with and without an index of the rows' keys, as -scale times appends to a long stream (-scale-cycles cycles; of -scale-stores, sqlite and postgres)")
 	flag.IntVar(&cfg.walCost, "scale-wal", 0, "instead of the pairs: load a PostgreSQL stream of this many events and print the WAL bytes per append of 100 to it and to a small stream")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -201,6 +203,13 @@ func main() {
 			e.close()
 		}
 		if err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.scaleBare {
+		if err := scaleBare(ctx, cfg, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "peers:", err)
 			os.Exit(1)
 		}

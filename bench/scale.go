@@ -72,13 +72,18 @@ func touchedCases() []scaleCase {
 	return out
 }
 
-var scaleOps = []string{"append 100", "fetch 100", "ack 100", "lag"}
+// scaleOps are a cycle's operations: the last reads the lag of partitions
+// 0 to 3 only, all of the small stream's and 4 of the scaled one's.
+var scaleOps = []string{"append 100", "fetch 100", "ack 100", "lag", "lag of 4"}
+
+// nOps is len(scaleOps).
+const nOps = 5
 
 // scaleResult is the mean cost of each operation of a cycle, small and
 // scaled, over the same cycles.
 type scaleResult struct {
 	store, name string
-	small, big  [4]time.Duration
+	small, big  [nOps]time.Duration
 }
 
 // runScale measures, for every store and case, the mean time of one cycle's
@@ -146,7 +151,7 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 		}
 	}
 	for i := range cycles + 5 {
-		var s, b [4]time.Duration
+		var s, b [nOps]time.Duration
 		if err := cycle(ctx, c, "small", i, sc, &s); err != nil {
 			return r, err
 		}
@@ -156,7 +161,7 @@ func scaleOne(ctx context.Context, e *env, store string, sc scaleCase, cycles in
 		if i < 5 {
 			continue // warm-up
 		}
-		for k := range 4 {
+		for k := range nOps {
 			r.small[k] += s[k] / time.Duration(cycles)
 			r.big[k] += b[k] / time.Duration(cycles)
 		}
@@ -168,8 +173,9 @@ func groupName(g int) string { return "g" + strconv.Itoa(g) }
 
 // cycle appends 100 events (to the first sc.active partitions in turn,
 // or routed by key when that is 0), fetches up to 100 for group g0, acks
-// them and reads the lag, adding each operation's time to d.
-func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCase, d *[4]time.Duration) error {
+// them and reads the lag, of every partition and of the first 4, adding
+// each operation's time to d.
+func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCase, d *[nOps]time.Duration) error {
 	msgs := make([]rheo.Message, 100)
 	for j := range msgs {
 		n := i*100 + j
@@ -205,7 +211,15 @@ func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCa
 		return err
 	}
 	t4 := time.Now()
-	d[0], d[1], d[2], d[3] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3)
+	lag, err := c.Lag(ctx, stream, groupName(0), 0, 1, 2, 3)
+	if err != nil {
+		return err
+	}
+	if len(lag.Partitions) != 4 {
+		return fmt.Errorf("lag of 4 partitions of %s returned %d", stream, len(lag.Partitions))
+	}
+	t5 := time.Now()
+	d[0], d[1], d[2], d[3], d[4] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3), t5.Sub(t4)
 	return nil
 }
 
@@ -280,10 +294,10 @@ func fillStream(ctx context.Context, c *rheo.Client, stream string, n int) error
 // printScale writes the results as a table, one row per store and case.
 func printScale(out io.Writer, res []scaleResult) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "store\tcase\tappend 100 (small / scaled)\tfetch 100\tack 100\tlag\t")
+	fmt.Fprintln(w, "store\tcase\tappend 100 (small / scaled)\tfetch 100\tack 100\tlag\tlag of 4\t")
 	for _, r := range res {
 		fmt.Fprintf(w, "%s\t%s\t", r.store, r.name)
-		for k := range 4 {
+		for k := range nOps {
 			fmt.Fprintf(w, "%s / %s = %.2f×\t", us(r.small[k]), us(r.big[k]), ratio(r.big[k], r.small[k]))
 		}
 		fmt.Fprintln(w)

@@ -27,7 +27,7 @@ func BenchFetchAckFresh(b *testing.B, f Factory) {
 				b.Fatal(err)
 			}
 			ms := make([]rheo.Message, 100)
-			var fetch, ack, lag time.Duration
+			var fetch, ack, lag, lag4 time.Duration
 			n := 0
 			b.ReportAllocs()
 			for b.Loop() {
@@ -53,13 +53,19 @@ func BenchFetchAckFresh(b *testing.B, f Factory) {
 				if _, err := c.Lag(ctx, "bench", "g"); err != nil {
 					b.Fatal(err)
 				}
+				t3 := time.Now()
+				if _, err := c.Lag(ctx, "bench", "g", 0, 1, 2, 3); err != nil {
+					b.Fatal(err)
+				}
 				fetch += t1.Sub(t0)
 				ack += t2.Sub(t1)
-				lag += time.Since(t2)
+				lag += t3.Sub(t2)
+				lag4 += time.Since(t3)
 			}
 			b.ReportMetric(float64(fetch.Microseconds())/float64(b.N), "fetch-µs")
 			b.ReportMetric(float64(ack.Microseconds())/float64(b.N), "ack-µs")
 			b.ReportMetric(float64(lag.Nanoseconds())/1e3/float64(b.N), "lag-µs")
+			b.ReportMetric(float64(lag4.Nanoseconds())/1e3/float64(b.N), "lag4-µs")
 		})
 	}
 }

@@ -540,7 +540,8 @@ func BenchmarkWideServerTime(b *testing.B) {
 			require.NoError(b, c.CreateStream(ctx, "w", rheo.StreamConfig{Partitions: parts}))
 			require.NoError(b, c.CreateGroup(ctx, "w", "g", rheo.GroupConfig{}))
 			ms := make([]rheo.Message, 100)
-			var fetch, ack, lag int64
+			var fetch, ack, lag, lag4Server int64
+			var lag4 time.Duration
 			b.ResetTimer()
 			for i := range b.N {
 				for j := range ms {
@@ -557,13 +558,21 @@ func BenchmarkWideServerTime(b *testing.B) {
 				_, err = c.Lag(ctx, "w", "g")
 				require.NoError(b, err)
 				s3 := commandStats(b, rc)
+				t := time.Now()
+				_, err = c.Lag(ctx, "w", "g", 0, 1, 2, 3)
+				require.NoError(b, err)
+				lag4 += time.Since(t)
+				s4 := commandStats(b, rc)
 				fetch += s1["evalsha"].usec - s0["evalsha"].usec
 				ack += s2["evalsha"].usec - s1["evalsha"].usec
 				lag += s3["evalsha"].usec - s2["evalsha"].usec
+				lag4Server += s4["evalsha"].usec - s3["evalsha"].usec
 			}
 			b.ReportMetric(float64(fetch)/float64(b.N), "fetch-server-µs")
 			b.ReportMetric(float64(ack)/float64(b.N), "ack-server-µs")
 			b.ReportMetric(float64(lag)/float64(b.N), "lag-server-µs")
+			b.ReportMetric(float64(lag4Server)/float64(b.N), "lag4-server-µs")
+			b.ReportMetric(float64(lag4.Microseconds())/float64(b.N), "lag4-µs")
 		})
 	}
 }
