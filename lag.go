@@ -66,11 +66,15 @@ func (c *Client) Lag(ctx context.Context, stream, group string, partitions ...in
 		}
 		return Lag{}, Errorf(ErrInvalidPartition, "partition %d of stream %q (it has %d)", p, stream, n)
 	}
-	lag := Lag{Stream: stream, Group: group, Partitions: make([]PartitionLag, 0, len(got))}
-	for _, pl := range got {
+	// The backend's slice is the result: each row gets its Lag in place.
+	lag := Lag{Stream: stream, Group: group, Partitions: got}
+	for i := range got {
+		pl := &got[i]
 		pl.Lag = max(pl.HighWatermark-pl.Frontier, 0)
 		lag.Total += pl.Lag
-		lag.Partitions = append(lag.Partitions, pl)
+	}
+	if lag.Partitions == nil {
+		lag.Partitions = []PartitionLag{}
 	}
 	return lag, nil
 }

@@ -53,8 +53,9 @@ ORDER BY g.part`
 
 // lagPartsSQL reads what lagSQL does for the partitions of array $3: the
 // lowest pending sequences are looked up once per partition asked for, and
-// the cursors and high watermarks by their keys (or, where the tables are
-// a few pages, by the scan the planner finds cheaper).
+// the cursors and high watermarks by their keys: the array bounds both
+// tables (bounding only the cursors, the planner hashed them and scanned
+// the stream's counters, all 1,024 of a wide stream, to join them).
 const lagPartsSQL = `
 SELECT g.part, g.offered, p.hwm,
 	(SELECT d.seq FROM {S}rheo_deliveries d
@@ -62,7 +63,7 @@ SELECT g.part, g.offered, p.hwm,
 	(SELECT s.low FROM {S}rheo_spans s
 	WHERE s.grp_id = $1 AND s.part = g.part AND s.pending > 0 ORDER BY s.lo LIMIT 1)
 FROM {S}rheo_group_parts g
-JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part
+JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part AND p.part = ANY($3::int[])
 WHERE g.grp_id = $1 AND g.part = ANY($3::int[])
 ORDER BY g.part`
 

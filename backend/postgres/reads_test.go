@@ -154,6 +154,53 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 	}
 }
 
+// TestLagOfPartitionsReadsOnlyThose explains a lag read of 4 partitions of
+// a stream of 1,024 (next to a stream of 4, with deliveries pending in
+// some partitions and fresh statistics): every table is read through its
+// key for the partitions asked for, never scanned, so that the read costs
+// what 4 partitions do.
+func TestLagOfPartitionsReadsOnlyThose(t *testing.T) {
+	testPool(t)
+	ctx := context.Background()
+	be := newBackend(t)
+	c := rheo.New(be)
+	require.NoError(t, c.CreateStream(ctx, "small", rheo.StreamConfig{Partitions: 4}))
+	require.NoError(t, c.CreateGroup(ctx, "small", "g", rheo.GroupConfig{}))
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	ms := make([]rheo.Message, 100)
+	for i := range 20 {
+		for j := range ms {
+			ms[j] = rheo.Message{Type: "t", Key: strconv.Itoa(i*100 + j), Payload: json.RawMessage(`{}`)}
+		}
+		_, err := c.AppendBatch(ctx, "s", ms)
+		require.NoError(t, err)
+		ls, err := c.Fetch(ctx, "s", "g", rheo.FetchOptions{Limit: 100})
+		require.NoError(t, err)
+		for _, l := range ls[:i%3*10] {
+			require.NoError(t, c.Nack(ctx, l, "later", rheo.Delay(time.Hour)))
+		}
+		if i%2 == 0 {
+			require.NoError(t, c.AckBatch(ctx, ls[i%3*10:]))
+		}
+	}
+	full, err := c.Lag(ctx, "s", "g")
+	require.NoError(t, err)
+	of, err := c.Lag(ctx, "s", "g", 3, 1000, 0, 517)
+	require.NoError(t, err)
+	want := []rheo.PartitionLag{full.Partitions[0], full.Partitions[3], full.Partitions[517], full.Partitions[1000]}
+	require.Equal(t, want, of.Partitions)
+
+	_, err = be.Pool().Exec(ctx, "ANALYZE")
+	require.NoError(t, err)
+	var sid, gid int64
+	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT g.stream_id, g.id FROM "+be.Schema()+".rheo_groups g JOIN "+
+		be.Schema()+".rheo_streams s ON s.id = g.stream_id WHERE s.name = 's'").Scan(&sid, &gid))
+	text := strings.Join(explain(t, be, "", be.LagPartsSQLForTest(), gid, sid, []int{0, 1, 2, 3}), "\n")
+	require.NotContains(t, text, "Seq Scan", text)
+	require.NotContains(t, text, "Rows Removed by Filter", text)
+}
+
 // TestReadsAfterAResultTypeChange changes the type of columns the reads
 // return while their statements are cached on the pool's one connection
 // (as a migration of a newer version run by another process could): the
