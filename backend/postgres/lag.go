@@ -51,21 +51,23 @@ LEFT JOIN ps ON ps.part = g.part
 WHERE g.grp_id = $1
 ORDER BY g.part`
 
-// lagPartsSQL reads what lagSQL does for the partitions of array $3: the
-// lowest pending sequences are looked up once per partition asked for, and
-// the cursors and high watermarks by their keys: the array bounds both
-// tables (bounding only the cursors, the planner hashed them and scanned
-// the stream's counters, all 1,024 of a wide stream, to join them).
+// lagPartsSQL reads what lagSQL does for the partitions of array $3 (sorted),
+// each by a probe of every table's key: a scalar subquery per value, which
+// the planner cannot turn into a scan of the group's cursors or the
+// stream's counters (a join did, bounding them by the group and stream
+// alone when the statistics were missing or stale: 1,024 rows read for 4).
+// A partition the group or the stream lacks comes back with NULLs, and is
+// left out.
 const lagPartsSQL = `
-SELECT g.part, g.offered, p.hwm,
+SELECT a.part,
+	(SELECT g.offered FROM {S}rheo_group_parts g WHERE g.grp_id = $1 AND g.part = a.part),
+	(SELECT p.hwm FROM {S}rheo_partitions p WHERE p.stream_id = $2 AND p.part = a.part),
 	(SELECT d.seq FROM {S}rheo_deliveries d
-	WHERE d.grp_id = $1 AND d.part = g.part AND d.status < 2 ORDER BY d.seq LIMIT 1),
+	WHERE d.grp_id = $1 AND d.part = a.part AND d.status < 2 ORDER BY d.seq LIMIT 1),
 	(SELECT s.low FROM {S}rheo_spans s
-	WHERE s.grp_id = $1 AND s.part = g.part AND s.pending > 0 ORDER BY s.lo LIMIT 1)
-FROM {S}rheo_group_parts g
-JOIN {S}rheo_partitions p ON p.stream_id = $2 AND p.part = g.part AND p.part = ANY($3::int[])
-WHERE g.grp_id = $1 AND g.part = ANY($3::int[])
-ORDER BY g.part`
+	WHERE s.grp_id = $1 AND s.part = a.part AND s.pending > 0 ORDER BY s.lo LIMIT 1)
+FROM unnest($3::int[]) WITH ORDINALITY AS a(part, i)
+ORDER BY a.i`
 
 // Lag implements rheo.Backend in one statement on the group's cached ids.
 // A group that is gone has no cursor rows, so a statement on stale ids
@@ -98,12 +100,13 @@ func (b *Backend) lag(ctx context.Context, g groupRef, partitions []int) ([]rheo
 	for attempt := 0; ; attempt++ {
 		out := make([]rheo.PartitionLag, 0, n)
 		var part int32
-		var offered, hwm int64
-		var pending, spanned sql.NullInt64
+		var offered, hwm, pending, spanned sql.NullInt64
 		rows, err := b.pool.Query(ctx, q, args...)
 		if err == nil {
 			_, err = pgx.ForEachRow(rows, []any{&part, &offered, &hwm, &pending, &spanned}, func() error {
-				out = append(out, sqlstore.PartitionLag(int(part), offered, hwm, pending, spanned))
+				if offered.Valid && hwm.Valid {
+					out = append(out, sqlstore.PartitionLag(int(part), offered.Int64, hwm.Int64, pending, spanned))
+				}
 				return nil
 			})
 		}
