@@ -226,6 +226,55 @@ func checkLast(table string, n int, key, payload string) error {
 	return nil
 }
 
+// bareDialect is what the stores' bare tables differ in: how a statement
+// runs and reads the last row, a table's name, its columns, the fill
+// statement (a %s for the table; arguments the first and last row number)
+// and what follows each table's fill.
+type bareDialect struct {
+	exec    func(q string, args ...any) error
+	last    func(q string, key, payload *string) error
+	table   func(name string) string
+	columns string
+	fill    string
+	after   func(table string) error
+}
+
+// fillBareTables creates the four tables, the keyed ones with their index
+// of keys in place as rheo's is, fills each in statements of fillChunk rows
+// and checks its last row (checkLast).
+func fillBareTables(ctx context.Context, sizes map[string]int, d bareDialect) error {
+	for _, name := range []string{"keyed_long", "plain_long", "keyed_small", "plain_small"} {
+		tbl := d.table(name)
+		if err := d.exec("CREATE TABLE " + tbl + " (" + d.columns + ")"); err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, "keyed") {
+			if err := d.exec("CREATE INDEX " + name + "_ekey ON " + tbl + " (ekey)"); err != nil {
+				return err
+			}
+		}
+		for lo := 0; lo < sizes[name]; lo += fillChunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := d.exec(fmt.Sprintf(d.fill, tbl), lo, min(lo+fillChunk, sizes[name])-1); err != nil {
+				return err
+			}
+		}
+		var key, payload string
+		if err := d.last("SELECT ekey, payload FROM "+tbl+" ORDER BY id DESC LIMIT 1", &key, &payload); err != nil {
+			return err
+		}
+		if err := checkLast(name, sizes[name], key, payload); err != nil {
+			return err
+		}
+		if err := d.after(tbl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // bareTablesPG creates the tables in a fresh schema and fills them from
 // generate_series, the key index in place as rheo's is; its keys have
 // rheo's collation, "C". VACUUM ANALYZE then gives the planner its
@@ -252,34 +301,19 @@ func bareTablesPG(ctx context.Context, e *env, events int, out io.Writer) (t bar
 		}
 	}()
 	sizes := bareTableSizes(events)
-	for _, name := range []string{"keyed_long", "plain_long", "keyed_small", "plain_small"} {
-		tbl := schema + "." + name
-		if _, err := conn.Exec(ctx, "CREATE TABLE "+tbl+` (id bigserial PRIMARY KEY, ekey text COLLATE "C" NOT NULL, payload text NOT NULL)`); err != nil {
-			return t, err
-		}
-		if strings.HasPrefix(name, "keyed") {
-			if _, err := conn.Exec(ctx, "CREATE INDEX "+name+"_ekey ON "+tbl+" (ekey)"); err != nil {
-				return t, err
-			}
-		}
-		for lo := 0; lo < sizes[name]; lo += fillChunk {
-			hi := min(lo+fillChunk, sizes[name]) - 1
-			if _, err := conn.Exec(ctx, "INSERT INTO "+tbl+` (ekey, payload) SELECT i::text,
-				format('{"order_id":%s,"customer":"c-%s","amount_cents":%s,"currency":"EUR","status":"created","items":3}', i, i % 977, 1000 + i % 50000)
-				FROM generate_series($1::bigint, $2::bigint) i`, lo, hi); err != nil {
-				return t, err
-			}
-		}
-		var key, payload string
-		if err := conn.QueryRow(ctx, "SELECT ekey, payload FROM "+tbl+" ORDER BY id DESC LIMIT 1").Scan(&key, &payload); err != nil {
-			return t, err
-		}
-		if err := checkLast(name, sizes[name], key, payload); err != nil {
-			return t, err
-		}
-		if _, err := conn.Exec(ctx, "VACUUM ANALYZE "+tbl); err != nil {
-			return t, err
-		}
+	err = fillBareTables(ctx, sizes, bareDialect{
+		exec:    func(q string, args ...any) error { _, err := conn.Exec(ctx, q, args...); return err },
+		last:    func(q string, key, payload *string) error { return conn.QueryRow(ctx, q).Scan(key, payload) },
+		table:   func(name string) string { return schema + "." + name },
+		columns: `id bigserial PRIMARY KEY, ekey text COLLATE "C" NOT NULL, payload text NOT NULL`,
+		fill: `INSERT INTO %s (ekey, payload) SELECT i::text,
+			format('{"order_id":%%s,"customer":"c-%%s","amount_cents":%%s,"currency":"EUR","status":"created","items":3}', i, i %% 977, 1000 + i %% 50000)
+			FROM generate_series($1::bigint, $2::bigint) i`,
+		// VACUUM ANALYZE: see above.
+		after: func(tbl string) error { _, err := conn.Exec(ctx, "VACUUM ANALYZE "+tbl); return err },
+	})
+	if err != nil {
+		return t, err
 	}
 	if !e.noCheckpoint {
 		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
@@ -342,34 +376,22 @@ func bareTablesSQLite(ctx context.Context, e *env, events int) (t bareTables, er
 		}
 	}()
 	sizes := bareTableSizes(events)
-	for _, name := range []string{"keyed_long", "plain_long", "keyed_small", "plain_small"} {
-		if _, err := db.ExecContext(ctx, "CREATE TABLE "+name+" (id INTEGER PRIMARY KEY, ekey TEXT NOT NULL, payload TEXT NOT NULL)"); err != nil {
-			return t, err
-		}
-		if strings.HasPrefix(name, "keyed") {
-			if _, err := db.ExecContext(ctx, "CREATE INDEX "+name+"_ekey ON "+name+" (ekey)"); err != nil {
-				return t, err
-			}
-		}
-		for lo := 0; lo < sizes[name]; lo += fillChunk {
-			hi := min(lo+fillChunk, sizes[name]) - 1
-			if _, err := db.ExecContext(ctx, `WITH RECURSIVE s(n) AS (SELECT ? UNION ALL SELECT n + 1 FROM s WHERE n < ?)
-				INSERT INTO `+name+` (ekey, payload) SELECT CAST(n AS TEXT),
-				printf('{"order_id":%d,"customer":"c-%d","amount_cents":%d,"currency":"EUR","status":"created","items":3}', n, n % 977, 1000 + n % 50000)
-				FROM s`, lo, hi); err != nil {
-				return t, err
-			}
-		}
-		var key, payload string
-		if err := db.QueryRowContext(ctx, "SELECT ekey, payload FROM "+name+" ORDER BY id DESC LIMIT 1").Scan(&key, &payload); err != nil {
-			return t, err
-		}
-		if err := checkLast(name, sizes[name], key, payload); err != nil {
-			return t, err
-		}
-		if stmts[name], err = db.PrepareContext(ctx, "INSERT INTO "+name+" (ekey, payload) VALUES "+valuesList(100, false)); err != nil {
-			return t, err
-		}
+	err = fillBareTables(ctx, sizes, bareDialect{
+		exec:    func(q string, args ...any) error { _, err := db.ExecContext(ctx, q, args...); return err },
+		last:    func(q string, key, payload *string) error { return db.QueryRowContext(ctx, q).Scan(key, payload) },
+		table:   func(name string) string { return name },
+		columns: "id INTEGER PRIMARY KEY, ekey TEXT NOT NULL, payload TEXT NOT NULL",
+		fill: `WITH RECURSIVE s(n) AS (SELECT ? UNION ALL SELECT n + 1 FROM s WHERE n < ?)
+			INSERT INTO %s (ekey, payload) SELECT CAST(n AS TEXT),
+			printf('{"order_id":%%d,"customer":"c-%%d","amount_cents":%%d,"currency":"EUR","status":"created","items":3}', n, n %% 977, 1000 + n %% 50000)
+			FROM s`,
+		after: func(name string) (err error) {
+			stmts[name], err = db.PrepareContext(ctx, "INSERT INTO "+name+" (ekey, payload) VALUES "+valuesList(100, false))
+			return err
+		},
+	})
+	if err != nil {
+		return t, err
 	}
 	if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		return t, err
