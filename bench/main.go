@@ -150,6 +150,7 @@ type config struct {
 	scaleTouched bool   // with -scale: the cases of touchedCases instead
 	scaleCases   string // with -scale: a regular expression the cases' names must match
 	scaleTail    bool   // with -scale: scaleCase.tailKeys
+	scaleGC      bool   // with -scale: scaleCase.collect
 	scaleStores  string // comma-separated
 	scaleEvents  int
 	scaleCycles  int
@@ -174,6 +175,7 @@ func main() {
 	flag.BoolVar(&cfg.scale, "scale", false, "measure operation costs at scale (1,000 groups, 1,024 partitions, -scale-events events) against a small stream, instead of the pairs")
 	flag.BoolVar(&cfg.scaleTouched, "scale-touched", false, "with -scale: instead of its cases, compare cycles that touch 4, 16, 32, 64 and 100 partitions of a stream of 1,024 with the same cycles on a stream of that many partitions")
 	flag.StringVar(&cfg.scaleCases, "scale-cases", "", "with -scale: run only the cases whose name matches this regular expression")
+	flag.BoolVar(&cfg.scaleGC, "scale-gc", false, "with -scale: collect garbage before each timed operation of a cycle, so that none pays for the collector's work on the garbage of the one before it")
 	flag.BoolVar(&cfg.scaleTail, "scale-tail-keys", false, "with -scale: give the measured appends keys that sort after those of the events before them, so that they land together at the end of the key indexes")
 	flag.StringVar(&cfg.scaleStores, "scale-stores", "memory,sqlite,postgres,redis", "stores of -scale")
 	flag.IntVar(&cfg.scaleEvents, "scale-events", 10000000, "events of the long stream of -scale")
@@ -246,7 +248,7 @@ func scale(ctx context.Context, cfg config, out io.Writer) error {
 	var cases []scaleCase
 	for _, sc := range all {
 		if re.MatchString(sc.name) {
-			sc.tailKeys = cfg.scaleTail
+			sc.tailKeys, sc.collect = cfg.scaleTail, cfg.scaleGC
 			cases = append(cases, sc)
 		}
 	}

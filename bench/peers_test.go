@@ -74,6 +74,9 @@ func TestScaleSmoke(t *testing.T) {
 	var out bytes.Buffer
 	stores := []string{"memory", "sqlite", "postgres", "redis"}
 	cases := append(scaleCases(2000, 2000), touchedCases()...)
+	for i := range cases {
+		cases[i].collect = i%2 == 0 // -scale-gc on every other case
+	}
 	res, err := runScale(ctx, e, stores, cases, 2, &out)
 	if err != nil {
 		t.Fatalf("scale: %v\n%s", err, out.String())

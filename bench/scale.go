@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -44,6 +45,11 @@ type scaleCase struct {
 	// that an append's keys land together at the end of the stores' key
 	// indexes instead of all over them.
 	tailKeys bool
+	// collect (-scale-gc) runs the garbage collector before each timed
+	// operation of a cycle, outside its time: an operation then pays for
+	// the collection of its own garbage only when that garbage sets one
+	// off, not for the work the operation before it left to the collector.
+	collect bool
 }
 
 func scaleCases(events, settled int) []scaleCase {
@@ -190,36 +196,36 @@ func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCa
 			msgs[j].Partition = &p
 		}
 	}
-	t0 := time.Now()
-	if _, err := c.AppendBatch(ctx, stream, msgs); err != nil {
-		return err
+	var ls []rheo.Lease
+	ops := [nOps]func() error{
+		func() error { _, err := c.AppendBatch(ctx, stream, msgs); return err },
+		func() (err error) {
+			ls, err = c.Fetch(ctx, stream, groupName(0), rheo.FetchOptions{Limit: 100})
+			if err == nil && len(ls) == 0 {
+				err = fmt.Errorf("fetch from %s returned nothing after an append", stream)
+			}
+			return err
+		},
+		func() error { return c.AckBatch(ctx, ls) },
+		func() error { _, err := c.Lag(ctx, stream, groupName(0)); return err },
+		func() error {
+			lag, err := c.Lag(ctx, stream, groupName(0), 0, 1, 2, 3)
+			if err == nil && len(lag.Partitions) != 4 {
+				err = fmt.Errorf("lag of 4 partitions of %s returned %d", stream, len(lag.Partitions))
+			}
+			return err
+		},
 	}
-	t1 := time.Now()
-	ls, err := c.Fetch(ctx, stream, groupName(0), rheo.FetchOptions{Limit: 100})
-	if err != nil {
-		return err
+	for k, op := range ops {
+		if sc.collect {
+			runtime.GC()
+		}
+		t := time.Now()
+		if err := op(); err != nil {
+			return err
+		}
+		d[k] = time.Since(t)
 	}
-	if len(ls) == 0 {
-		return fmt.Errorf("fetch from %s returned nothing after an append", stream)
-	}
-	t2 := time.Now()
-	if err := c.AckBatch(ctx, ls); err != nil {
-		return err
-	}
-	t3 := time.Now()
-	if _, err := c.Lag(ctx, stream, groupName(0)); err != nil {
-		return err
-	}
-	t4 := time.Now()
-	lag, err := c.Lag(ctx, stream, groupName(0), 0, 1, 2, 3)
-	if err != nil {
-		return err
-	}
-	if len(lag.Partitions) != 4 {
-		return fmt.Errorf("lag of 4 partitions of %s returned %d", stream, len(lag.Partitions))
-	}
-	t5 := time.Now()
-	d[0], d[1], d[2], d[3], d[4] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3), t5.Sub(t4)
 	return nil
 }
 
