@@ -143,10 +143,7 @@ func keyIndexOne(ctx context.Context, e *env, store string, events, cycles int, 
 		for v, kv := range keyIndexVariants {
 			for j := range keys {
 				n := i*100 + j
-				keys[j] = strconv.Itoa(n)
-				if kv.tail {
-					keys[j] = fmt.Sprintf("t%09d", n)
-				}
+				keys[j] = cycleKey(n, kv.tail)
 				payloads[j] = payloadString(n)
 			}
 			for s, size := range []string{"small", "long"} {

@@ -80,10 +80,9 @@ func touchedCases() []scaleCase {
 
 // scaleOps are a cycle's operations: the last reads the lag of partitions
 // 0 to 3 only, all of the small stream's and 4 of the scaled one's.
-var scaleOps = []string{"append 100", "fetch 100", "ack 100", "lag", "lag of 4"}
+var scaleOps = [...]string{"append 100", "fetch 100", "ack 100", "lag", "lag of 4"}
 
-// nOps is len(scaleOps).
-const nOps = 5
+const nOps = len(scaleOps)
 
 // scaleResult is the mean cost of each operation of a cycle, small and
 // scaled, over the same cycles.
@@ -185,12 +184,7 @@ func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCa
 	msgs := make([]rheo.Message, 100)
 	for j := range msgs {
 		n := i*100 + j
-		key := strconv.Itoa(n)
-		if sc.tailKeys {
-			// After every decimal key of fillStream, in order.
-			key = fmt.Sprintf("t%09d", n)
-		}
-		msgs[j] = rheo.Message{Type: "order.created", Key: key, Payload: payload(nil, n)}
+		msgs[j] = rheo.Message{Type: "order.created", Key: cycleKey(n, sc.tailKeys), Payload: payload(nil, n)}
 		if sc.active > 0 {
 			p := n % sc.active
 			msgs[j].Partition = &p
@@ -227,6 +221,16 @@ func cycle(ctx context.Context, c *rheo.Client, stream string, i int, sc scaleCa
 		d[k] = time.Since(t)
 	}
 	return nil
+}
+
+// cycleKey is the key of a cycle's event n: its decimal number, as the
+// events of fillStream have, which lands all over a long stream's key
+// index; or with tail, one that sorts after every such key, in order.
+func cycleKey(n int, tail bool) string {
+	if tail {
+		return fmt.Sprintf("t%09d", n)
+	}
+	return strconv.Itoa(n)
 }
 
 // settle leaves the n events of stream reopened or delayed for group g0

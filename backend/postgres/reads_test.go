@@ -79,12 +79,8 @@ func TestReadsRunOnPgxsStatementCache(t *testing.T) {
 // Lag reports each partition's frontier as the lowest pending lease
 // leaves it. A read of four partitions looks up only those four.
 func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
-	testPool(t)
 	ctx := context.Background()
-	be := newBackend(t)
-	c := rheo.New(be)
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 256}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	be, c := lagGroup(t, 256)
 	for _, p := range []int{3, 70, 200} {
 		for range 2 {
 			_, err := c.Append(ctx, "s", rheo.Message{Type: "t", Partition: &p, Payload: json.RawMessage(`{}`)})
@@ -122,19 +118,8 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 
 	_, err = be.Pool().Exec(ctx, "ANALYZE "+be.Schema()+".rheo_group_parts, "+be.Schema()+".rheo_partitions")
 	require.NoError(t, err)
-	var sid, gid int64
-	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT stream_id, id FROM "+be.Schema()+".rheo_groups").Scan(&sid, &gid))
-	lines := explain(t, be, "", be.LagSQLForTest(), gid, sid)
-	text := strings.Join(lines, "\n")
-	for _, l := range lines {
-		if strings.Contains(l, "rheo_deliveries") || strings.Contains(l, "rheo_spans") {
-			_, n, ok := strings.Cut(l, "loops=")
-			require.True(t, ok, l)
-			loops, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n), ")"))
-			require.NoError(t, err, l)
-			require.LessOrEqual(t, loops, 4, "a lookup runs per partition of the group:\n%s", text)
-		}
-	}
+	sid, gid := lagGroupIDs(t, be)
+	requireLookupsAtMost(t, explain(t, be, "", be.LagSQLForTest(), gid, sid), 4, "a lookup runs per partition of the group")
 
 	// A read of given partitions returns their rows of the whole read,
 	// and looks up the lowest pending sequences once per partition asked
@@ -143,14 +128,44 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rheo.Lag{Stream: "s", Group: "g", Total: 5, Partitions: []rheo.PartitionLag{
 		lag.Partitions[3], lag.Partitions[9], lag.Partitions[70], lag.Partitions[200]}}, of)
-	lines = explain(t, be, "", be.LagPartsSQLForTest(), gid, sid, []int{3, 9, 70, 200})
-	text = strings.Join(lines, "\n")
+	requireLookupsAtMost(t, explain(t, be, "", be.LagPartsSQLForTest(), gid, sid, []int{3, 9, 70, 200}), 4, "a lookup runs per partition asked for")
+}
+
+// lagGroup returns a client over a fresh schema holding stream "s" of
+// parts partitions and its group "g".
+func lagGroup(t *testing.T, parts int) (*postgres.Backend, *rheo.Client) {
+	t.Helper()
+	ctx := context.Background()
+	be := newBackend(t)
+	c := rheo.New(be)
+	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: parts}))
+	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
+	return be, c
+}
+
+// lagGroupIDs returns the ids of stream "s" and of its group "g", the
+// arguments of the lag statements.
+func lagGroupIDs(t *testing.T, be *postgres.Backend) (sid, gid int64) {
+	t.Helper()
+	require.NoError(t, be.Pool().QueryRow(context.Background(), "SELECT g.stream_id, g.id FROM "+be.Schema()+".rheo_groups g JOIN "+
+		be.Schema()+".rheo_streams s ON s.id = g.stream_id WHERE s.name = 's' AND g.name = 'g'").Scan(&sid, &gid))
+	return sid, gid
+}
+
+// requireLookupsAtMost fails when a plan's lookup of delivery rows or
+// spans (the lines of the explained plan) runs more than max times.
+func requireLookupsAtMost(t *testing.T, lines []string, max int, msg string) {
+	t.Helper()
+	text := strings.Join(lines, "\n")
 	for _, l := range lines {
-		if _, n, ok := strings.Cut(l, "loops="); ok && (strings.Contains(l, "rheo_deliveries") || strings.Contains(l, "rheo_spans")) {
-			loops, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n), ")"))
-			require.NoError(t, err, l)
-			require.LessOrEqual(t, loops, 4, "a lookup runs per partition asked for:\n%s", text)
+		if !strings.Contains(l, "rheo_deliveries") && !strings.Contains(l, "rheo_spans") {
+			continue
 		}
+		_, n, ok := strings.Cut(l, "loops=")
+		require.True(t, ok, l)
+		loops, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n), ")"))
+		require.NoError(t, err, l)
+		require.LessOrEqual(t, loops, max, "%s:\n%s", msg, text)
 	}
 }
 
@@ -160,14 +175,10 @@ func TestLagProbesOnlyPartitionsWithPendingWork(t *testing.T) {
 // read through its key for the partitions asked for, never scanned, so
 // that the read costs what 4 partitions do.
 func TestLagOfPartitionsReadsOnlyThose(t *testing.T) {
-	testPool(t)
 	ctx := context.Background()
-	be := newBackend(t)
-	c := rheo.New(be)
+	be, c := lagGroup(t, 1024)
 	require.NoError(t, c.CreateStream(ctx, "small", rheo.StreamConfig{Partitions: 4}))
 	require.NoError(t, c.CreateGroup(ctx, "small", "g", rheo.GroupConfig{}))
-	require.NoError(t, c.CreateStream(ctx, "s", rheo.StreamConfig{Partitions: 1024}))
-	require.NoError(t, c.CreateGroup(ctx, "s", "g", rheo.GroupConfig{}))
 	ms := make([]rheo.Message, 100)
 	for i := range 20 {
 		for j := range ms {
@@ -191,9 +202,7 @@ func TestLagOfPartitionsReadsOnlyThose(t *testing.T) {
 	want := []rheo.PartitionLag{full.Partitions[0], full.Partitions[3], full.Partitions[517], full.Partitions[1000]}
 	require.Equal(t, want, of.Partitions)
 
-	var sid, gid int64
-	require.NoError(t, be.Pool().QueryRow(ctx, "SELECT g.stream_id, g.id FROM "+be.Schema()+".rheo_groups g JOIN "+
-		be.Schema()+".rheo_streams s ON s.id = g.stream_id WHERE s.name = 's'").Scan(&sid, &gid))
+	sid, gid := lagGroupIDs(t, be)
 	// Before statistics are gathered (a new stream, before autovacuum's
 	// ANALYZE) and after.
 	for _, analyze := range []bool{false, true} {
